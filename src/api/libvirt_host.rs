@@ -1,0 +1,179 @@
+//! `LibvirtHost`: a hypervisor the manager reaches over SSH and places VMs on.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::condition::Condition;
+
+/// Desired state of a LibvirtHost.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "LibvirtHost",
+    namespaced,
+    status = "LibvirtHostStatus",
+    shortname = "lvh",
+    category = "caplv",
+    doc = "A libvirt hypervisor that runs worker VMs, reached over SSH with a pinned host key.",
+    printcolumn(
+        name = "URI",
+        type_ = "string",
+        json_path = ".spec.uri",
+        description = "libvirt connection URI"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether the host is reachable and usable"
+    ),
+    printcolumn(
+        name = "vCPUs",
+        type_ = "integer",
+        json_path = ".status.capacity.availableVCPUs",
+        description = "vCPUs available to new machines"
+    ),
+    printcolumn(
+        name = "Memory",
+        type_ = "integer",
+        json_path = ".status.capacity.availableMemoryMB",
+        description = "Memory (MB) available to new machines"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("!self.uri.startsWith('qemu+ssh://') || has(self.secretRef)").message("secretRef is required for qemu+ssh URIs").field_path(".secretRef"))]
+#[x_kube(validation = Rule::new("!self.uri.startsWith('qemu+ssh://') || has(self.hostKeyFingerprint) || self.insecureSkipHostKeyVerification").message("hostKeyFingerprint is required for qemu+ssh URIs unless insecureSkipHostKeyVerification is true").field_path(".hostKeyFingerprint"))]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtHostSpec {
+    /// libvirt connection URI: `qemu+ssh://user@host[:port]/system` (or `/session`),
+    /// `qemu:///system` for the manager's own host, or `test:///...` for tests.
+    #[schemars(
+        length(min = 1, max = 2048),
+        regex(pattern = r"^(qemu\+ssh://[^/?#\s]+/(system|session)?|qemu:///(system|session)|test:///\S*)$")
+    )]
+    pub uri: String,
+    /// Secret holding the SSH private key (key `ssh-privatekey`), in the host's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretReference>,
+    /// The SSH host key fingerprint the server must present, as printed by
+    /// `ssh-keygen -lf`: `SHA256:` followed by 43 base64 characters. Checked before authenticating.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^SHA256:[A-Za-z0-9+/]{43}$"))]
+    pub host_key_fingerprint: Option<String>,
+    /// Accept any SSH host key. Only for throwaway labs: it lets anyone on the path impersonate the host.
+    #[serde(default)]
+    pub insecure_skip_host_key_verification: bool,
+    /// UEFI firmware code image on the host. When unset, libvirt picks firmware automatically.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^/[^\s]*$"))]
+    pub firmware_path: Option<String>,
+    /// UEFI variable-store template on the host, copied for each VM's NVRAM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^/[^\s]*$"))]
+    pub nvram_template_path: Option<String>,
+    /// Capacity kept back for the host itself; never given to machines.
+    #[serde(default)]
+    pub reserved_resources: ReservedResources,
+    /// Seconds between health checks of the host.
+    #[serde(default = "default_health_check_interval")]
+    #[schemars(range(min = 30, max = 86400))]
+    pub health_check_interval_seconds: i32,
+}
+
+fn default_health_check_interval() -> i32 {
+    300
+}
+
+/// A Secret in the host's namespace (or another one, when `namespace` is set).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct SecretReference {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Secret namespace; defaults to the LibvirtHost's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// Capacity reserved for the hypervisor itself.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservedResources {
+    /// vCPUs kept for the host.
+    #[serde(default = "default_reserved_vcpus")]
+    #[schemars(range(min = 0))]
+    pub vcpus: i32,
+    /// Memory in MiB kept for the host.
+    #[serde(default = "default_reserved_memory")]
+    #[serde(rename = "memoryMB")]
+    #[schemars(range(min = 0))]
+    pub memory_mb: i32,
+}
+
+impl Default for ReservedResources {
+    fn default() -> Self {
+        Self {
+            vcpus: default_reserved_vcpus(),
+            memory_mb: default_reserved_memory(),
+        }
+    }
+}
+
+fn default_reserved_vcpus() -> i32 {
+    2
+}
+
+fn default_reserved_memory() -> i32 {
+    4096
+}
+
+/// Observed state of a LibvirtHost.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtHostStatus {
+    /// True when the host is reachable, authenticated and runs a usable hypervisor.
+    #[serde(default)]
+    pub ready: bool,
+    /// What the host has, and what is left for new machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<HostCapacity>,
+    /// libvirt version the host reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libvirt_version: Option<String>,
+    /// Whether the host offers KVM acceleration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_available: Option<bool>,
+    /// The SSH host key fingerprint the host presented at the last attempt, so it can be pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_host_key_fingerprint: Option<String>,
+    /// When the host was last checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checked: Option<Time>,
+    /// `Ready`, `Reachable`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Host capacity in vCPUs and MiB of memory.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HostCapacity {
+    /// Logical CPUs on the host.
+    #[serde(rename = "totalVCPUs")]
+    pub total_vcpus: i32,
+    /// Memory on the host, MiB.
+    #[serde(rename = "totalMemoryMB")]
+    pub total_memory_mb: i64,
+    /// vCPUs left for new machines: total minus reserved minus what this manager's machines use.
+    #[serde(rename = "availableVCPUs")]
+    pub available_vcpus: i32,
+    /// Memory left for new machines, MiB.
+    #[serde(rename = "availableMemoryMB")]
+    pub available_memory_mb: i64,
+}

@@ -1,0 +1,356 @@
+//! `LibvirtMachine`: one worker VM on a LibvirtHost, per the Cluster API InfraMachine contract.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    common::{InfrastructureInitialization, LocalObjectReference, MachineAddress},
+    condition::Condition,
+};
+
+/// Desired state of a LibvirtMachine.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "LibvirtMachine",
+    namespaced,
+    status = "LibvirtMachineStatus",
+    shortname = "lvm",
+    category = "cluster-api",
+    category = "caplv",
+    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "A worker VM on a libvirt host, provisioned for a Cluster API Machine.",
+    printcolumn(
+        name = "Host",
+        type_ = "string",
+        json_path = ".spec.hostRef.name",
+        description = "LibvirtHost the VM runs on"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether the VM is provisioned and running"
+    ),
+    printcolumn(
+        name = "State",
+        type_ = "string",
+        json_path = ".status.domainState",
+        description = "libvirt domain state"
+    ),
+    printcolumn(
+        name = "ProviderID",
+        type_ = "string",
+        json_path = ".spec.providerID",
+        description = "Cluster API provider ID"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtMachineSpec {
+    /// The LibvirtHost (same namespace) that runs this VM.
+    pub host_ref: LocalObjectReference,
+    /// Set by the controller to `libvirt:///<domain-uuid>`; CAPI copies it to the Machine and
+    /// matches the Node by it.
+    #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+    /// Format of the bootstrap data the VM consumes. Only Ignition, delivered through QEMU fw_cfg.
+    #[serde(default)]
+    pub bootstrap_format: BootstrapFormat,
+    /// The virtual hardware.
+    #[serde(default)]
+    pub domain: DomainSpec,
+    /// The root disk, cloned from a base image.
+    pub root_disk: RootDiskSpec,
+    /// The VM's network interface and its static addressing.
+    pub network: NetworkSpec,
+    /// Labels applied to the Node once it joins; editable at any time.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+    /// Annotations applied to the Node once it joins; editable at any time.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_annotations: BTreeMap<String, String>,
+}
+
+/// Bootstrap data formats a VM can consume.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum BootstrapFormat {
+    /// Ignition JSON (Fedora CoreOS, RHCOS), injected through QEMU fw_cfg.
+    #[default]
+    Ignition,
+}
+
+/// Virtual hardware of the VM.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainSpec {
+    /// Boot firmware.
+    #[serde(default)]
+    pub firmware: Firmware,
+    /// QEMU machine type.
+    #[serde(default = "default_machine_type")]
+    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9._-]*$"))]
+    pub machine: String,
+    /// Virtual CPUs; 0 sizes the VM from the host's free capacity.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 1024))]
+    pub vcpus: i32,
+    /// Memory in MiB; 0 sizes the VM from the host's free capacity.
+    #[serde(default, rename = "memoryMB")]
+    #[schemars(range(min = 0))]
+    pub memory_mb: i64,
+    /// Force the libvirt domain type; by default `kvm` when the host offers KVM, else `qemu` (TCG).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<DomainType>,
+}
+
+impl Default for DomainSpec {
+    fn default() -> Self {
+        Self {
+            firmware: Firmware::default(),
+            machine: default_machine_type(),
+            vcpus: 0,
+            memory_mb: 0,
+            type_: None,
+        }
+    }
+}
+
+fn default_machine_type() -> String {
+    "q35".to_owned()
+}
+
+/// Boot firmware of the VM.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Firmware {
+    /// UEFI (OVMF).
+    #[default]
+    Uefi,
+    /// Legacy BIOS (SeaBIOS).
+    Bios,
+}
+
+/// libvirt domain types the controller can request.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DomainType {
+    /// Hardware acceleration.
+    Kvm,
+    /// Software emulation (TCG).
+    Qemu,
+}
+
+/// The VM's root disk.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RootDiskSpec {
+    /// Volume name of the base image (qcow2) to clone.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.:-]+$"), length(min = 1, max = 255))]
+    pub base_image: String,
+    /// Pool holding the base image; defaults to `storagePool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.:-]+$"), length(min = 1, max = 255))]
+    pub base_image_pool: Option<String>,
+    /// Storage pool the root volume is created in.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.:-]+$"), length(min = 1, max = 255))]
+    pub storage_pool: String,
+    /// Virtual size of the root disk, e.g. `20Gi`.
+    pub size: Quantity,
+    /// How the root volume is made from the base image.
+    #[serde(default)]
+    pub clone_strategy: CloneStrategy,
+    /// Disk bus.
+    #[serde(default)]
+    pub bus: DiskBus,
+}
+
+/// How a root volume is made from its base image.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum CloneStrategy {
+    /// A qcow2 overlay backed by the base image: instant, shares unchanged blocks.
+    #[default]
+    CopyOnWrite,
+    /// A full independent copy of the base image.
+    FullClone,
+}
+
+/// Disk buses.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskBus {
+    /// virtio-blk.
+    #[default]
+    Virtio,
+    /// SATA.
+    Sata,
+    /// SCSI.
+    Scsi,
+}
+
+/// The VM's network interface.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkSpec {
+    /// Whether `name` is a libvirt network or a host bridge.
+    #[serde(rename = "type")]
+    pub type_: NetworkType,
+    /// libvirt network name or host bridge name.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.:-]+$"), length(min = 1, max = 255))]
+    pub name: String,
+    /// NIC model.
+    #[serde(default = "default_nic_model")]
+    #[schemars(regex(pattern = r"^[a-z0-9-]+$"))]
+    pub model: String,
+    /// Guest interface name the static configuration is written for.
+    #[serde(default = "default_interface_name")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,15}$"))]
+    pub interface_name: String,
+    /// Static addresses with prefix length, IPv4 or IPv6, e.g. `192.168.122.100/24`.
+    #[schemars(length(min = 1, max = 16))]
+    pub addresses: Vec<String>,
+    /// IPv4 default gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    /// IPv6 default gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6_gateway: Option<String>,
+    /// DNS settings written into the guest's connection profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsSpec>,
+    /// MAC address; derived from the LibvirtMachine's UID when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"))]
+    pub mac_address: Option<String>,
+}
+
+fn default_nic_model() -> String {
+    "virtio".to_owned()
+}
+
+fn default_interface_name() -> String {
+    "enp1s0".to_owned()
+}
+
+/// Kinds of network attachment.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkType {
+    /// A libvirt-managed network.
+    Network,
+    /// An existing host bridge.
+    Bridge,
+}
+
+/// DNS settings for the guest.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DnsSpec {
+    /// Name server addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nameservers: Vec<String>,
+    /// Search domains.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub search_domains: Vec<String>,
+}
+
+/// Observed state of a LibvirtMachine.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtMachineStatus {
+    /// Cluster API v1beta1 contract: true once the VM is provisioned.
+    #[serde(default)]
+    pub ready: bool,
+    /// Cluster API v1beta2 contract: one-time provisioning flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<InfrastructureInitialization>,
+    /// Addresses CAPI copies to the Machine: InternalIP, InternalDNS and Hostname (the node name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<MachineAddress>,
+    /// The node name, which is also the hostname and the libvirt domain name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// UUID of the libvirt domain.
+    #[serde(default, rename = "domainUUID", skip_serializing_if = "Option::is_none")]
+    pub domain_uuid: Option<String>,
+    /// Last observed libvirt domain state (e.g. `running`, `shutoff`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain_state: Option<String>,
+    /// What was created on the host for this machine, so deletion removes exactly that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_artifacts: Option<ManagedArtifacts>,
+    /// `Ready` and the step conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Host-side artifacts owned by one machine.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedArtifacts {
+    /// libvirt domain name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain_name: Option<String>,
+    /// Root volume, as `pool/volume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_volume: Option<String>,
+    /// Ignition volume, as `pool/volume`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignition_volume: Option<String>,
+    /// Per-VM UEFI NVRAM file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvram_path: Option<String>,
+}
+
+/// A template CAPI MachineSets and MachineDeployments clone LibvirtMachines from.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "LibvirtMachineTemplate",
+    namespaced,
+    shortname = "lvmt",
+    category = "cluster-api",
+    category = "caplv",
+    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "A template for LibvirtMachines, as the Cluster API InfraMachineTemplate contract requires.",
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtMachineTemplateSpec {
+    /// The LibvirtMachine every clone starts from.
+    pub template: LibvirtMachineTemplateResource,
+}
+
+/// The object a LibvirtMachineTemplate stamps out.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+pub struct LibvirtMachineTemplateResource {
+    /// Labels and annotations for the clones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+    /// Spec of every clone.
+    pub spec: LibvirtMachineSpec,
+}
+
+/// Labels and annotations for objects stamped from a template.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct TemplateMetadata {
+    /// Labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}

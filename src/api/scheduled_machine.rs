@@ -1,0 +1,262 @@
+//! `ScheduledMachine`: a CAPI Machine (with its bootstrap and infrastructure objects) that exists
+//! only while a day/hour or cron window is open.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{common::preserve_unknown_object, condition::Condition};
+
+/// A Go-style duration such as `5m`, `90s` or `1h30m`.
+const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
+
+/// Desired state of a ScheduledMachine.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[kube(
+    group = "5spot.finos.org",
+    version = "v1alpha1",
+    kind = "ScheduledMachine",
+    namespaced,
+    status = "ScheduledMachineStatus",
+    shortname = "sm",
+    category = "caplv",
+    doc = "A Cluster API worker that exists only while its schedule window is open.",
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Lifecycle phase"
+    ),
+    printcolumn(
+        name = "InSchedule",
+        type_ = "boolean",
+        json_path = ".status.inSchedule",
+        description = "Whether the window is open now"
+    ),
+    printcolumn(
+        name = "Next",
+        type_ = "date",
+        json_path = ".status.nextTransition",
+        description = "When the window next opens or closes"
+    ),
+    printcolumn(
+        name = "Machine",
+        type_ = "string",
+        json_path = ".status.machineRef.name",
+        description = "The CAPI Machine created for the window"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("has(self.bootstrapSpec) != has(self.bootstrapDataSecretName)").message("set exactly one of bootstrapSpec or bootstrapDataSecretName"))]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduledMachineSpec {
+    /// Name of the CAPI Cluster (same namespace) the Machine joins.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub cluster_name: String,
+    /// When the machine should exist.
+    pub schedule: ScheduleSpec,
+    /// The infrastructure object (e.g. a LibvirtMachine) created for each window, named after this object.
+    pub infrastructure_spec: InfrastructureTemplate,
+    /// The bootstrap config (e.g. an IgnitionConfig) created for each window, named after this object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_spec: Option<BootstrapTemplate>,
+    /// An existing bootstrap data Secret to use instead of creating a bootstrap config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub bootstrap_data_secret_name: Option<String>,
+    /// Labels and annotations put on the Machine (CAPI syncs them to the Node).
+    #[serde(default)]
+    pub machine_template: MachineTemplateMetadata,
+    /// 0-100. Higher is created first when many windows open together, and is admitted first
+    /// by the infrastructure provider when capacity is short (label `5spot.finos.org/priority`).
+    #[serde(default = "default_priority")]
+    #[schemars(range(min = 0, max = 100))]
+    pub priority: i32,
+    /// Upper bound on the whole graceful removal (drain and Machine deletion).
+    #[serde(default = "default_timeout")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub graceful_shutdown_timeout: String,
+    /// Upper bound on draining the Node; passed on to the Machine.
+    #[serde(default = "default_timeout")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub node_drain_timeout: String,
+    /// Remove the machine at once, without draining, and keep it removed while true.
+    #[serde(default)]
+    pub kill_switch: bool,
+}
+
+fn default_priority() -> i32 {
+    50
+}
+
+fn default_timeout() -> String {
+    "5m".to_owned()
+}
+
+/// When a ScheduledMachine's window is open: day and hour lists, or a cron expression with a duration.
+#[derive(KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("has(self.cron) == has(self.duration)").message("cron and duration must be set together"))]
+#[x_kube(validation = Rule::new("has(self.cron) ? !(has(self.daysOfWeek) || has(self.hoursOfDay)) : (has(self.daysOfWeek) && has(self.hoursOfDay))").message("set either cron with duration, or daysOfWeek with hoursOfDay"))]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleSpec {
+    /// When false the machine is removed and not created again until re-enabled.
+    #[serde(default = "default_enabled")]
+    pub enabled: bool,
+    /// Days the window opens on: `mon`..`sun` or full names, comma lists and ranges
+    /// (`mon-fri`, `fri-mon` wraps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 7))]
+    pub days_of_week: Option<Vec<String>>,
+    /// Hours (0-23) the window covers: comma lists and inclusive ranges; `9-17` is 09:00 to
+    /// 17:59:59, and `22-6` runs overnight into the next day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 24))]
+    pub hours_of_day: Option<Vec<String>>,
+    /// IANA time zone the days and hours are read in, e.g. `America/New_York`.
+    #[serde(default = "default_timezone")]
+    #[schemars(length(min = 1, max = 64))]
+    pub timezone: String,
+    /// Standard 5-field cron expression for window starts, read in `timezone`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub cron: Option<String>,
+    /// How long each cron window lasts, e.g. `8h` or `1h30m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub duration: Option<String>,
+}
+
+fn default_enabled() -> bool {
+    true
+}
+
+fn default_timezone() -> String {
+    "UTC".to_owned()
+}
+
+/// An infrastructure object to create: apiVersion and kind in `infrastructure.cluster.x-k8s.io`, and its spec.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InfrastructureTemplate {
+    /// API version, in group `infrastructure.cluster.x-k8s.io`.
+    #[schemars(regex(pattern = r"^infrastructure\.cluster\.x-k8s\.io/v[0-9a-z]+$"))]
+    pub api_version: String,
+    /// Kind, e.g. `LibvirtMachine`.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[A-Z][A-Za-z0-9]*$"))]
+    pub kind: String,
+    /// The object's spec, passed through as written.
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub spec: serde_json::Value,
+}
+
+/// A bootstrap config to create: apiVersion and kind in `bootstrap.cluster.x-k8s.io`, and its spec.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapTemplate {
+    /// API version, in group `bootstrap.cluster.x-k8s.io`.
+    #[schemars(regex(pattern = r"^bootstrap\.cluster\.x-k8s\.io/v[0-9a-z]+$"))]
+    pub api_version: String,
+    /// Kind, e.g. `IgnitionConfig`.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[A-Z][A-Za-z0-9]*$"))]
+    pub kind: String,
+    /// The object's spec, passed through as written.
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub spec: serde_json::Value,
+}
+
+/// Labels and annotations for the created Machine.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct MachineTemplateMetadata {
+    /// Machine labels (e.g. `node-role.kubernetes.io/worker: ""`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Machine annotations.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Lifecycle phases of a ScheduledMachine; none is terminal.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum Phase {
+    /// Window open, objects being created.
+    Pending,
+    /// Machine exists for the open window.
+    Active,
+    /// Window closed or disabled; draining and removing the Machine.
+    ShuttingDown,
+    /// Window closed, nothing exists.
+    Inactive,
+    /// Schedule disabled, nothing exists.
+    Disabled,
+    /// Kill switch on, nothing exists.
+    Terminated,
+    /// A problem needs attention; see conditions.
+    Error,
+}
+
+/// A reference to an object this ScheduledMachine created.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedObjectReference {
+    /// API version of the object.
+    pub api_version: String,
+    /// Kind of the object.
+    pub kind: String,
+    /// Name of the object (same namespace).
+    pub name: String,
+}
+
+/// A reference to the Node the Machine became.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct NodeReference {
+    /// Node name.
+    pub name: String,
+}
+
+/// Observed state of a ScheduledMachine.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduledMachineStatus {
+    /// Lifecycle phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Human-readable summary of the phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Whether the schedule window is open now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_schedule: Option<bool>,
+    /// When the window next opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_activation: Option<Time>,
+    /// When the window next closes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cleanup: Option<Time>,
+    /// The earlier of `nextActivation` and `nextCleanup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_transition: Option<Time>,
+    /// The CAPI Machine created for the current window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_ref: Option<CreatedObjectReference>,
+    /// The bootstrap config created for the current window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_ref: Option<CreatedObjectReference>,
+    /// The infrastructure object created for the current window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_ref: Option<CreatedObjectReference>,
+    /// The Node the Machine joined as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_ref: Option<NodeReference>,
+    /// Provider ID of the Machine.
+    #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+    /// `Ready`, `ScheduleValid`, `MachineReady`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}

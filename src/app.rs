@@ -1,0 +1,201 @@
+//! The composition root: one client, one metrics registry, one HTTP server, optional leader
+//! election, and the enabled controllers, all on one runtime and stopped by one token.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::Context as _;
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    cli::RunArgs,
+    controllers::{self, Context, Family, Settings},
+    endpoint::{EndpointProbe, TcpProbe},
+    health::Readiness,
+    http,
+    leader::{self, LeaderConfig},
+    metrics::Metrics,
+};
+
+/// How often to look for Cluster API core while it is not installed.
+const CAPI_DISCOVERY_INTERVAL: Duration = Duration::from_secs(10);
+/// Readiness entry held while Cluster API core is missing.
+const CAPI_PENDING: &str = "cluster-api-core";
+
+/// Everything the manager needs besides the client.
+pub struct ManagerConfig {
+    /// Families to run.
+    pub families: Vec<Family>,
+    /// Where `/metrics`, `/healthz` and `/readyz` listen.
+    pub metrics_addr: SocketAddr,
+    /// Controller settings.
+    pub settings: Settings,
+    /// Leader election, when enabled.
+    pub leader: Option<LeaderConfig>,
+    /// How control plane endpoints are checked.
+    pub probe: Arc<dyn EndpointProbe>,
+}
+
+impl ManagerConfig {
+    /// Build the configuration from `run`'s flags; `default_namespace` is the client's namespace.
+    #[must_use]
+    pub fn from_args(args: &RunArgs, default_namespace: &str) -> Self {
+        let families = if args.controllers.is_empty() {
+            Family::compiled()
+        } else {
+            dedup(&args.controllers)
+        };
+        let leader = args.leader_elect.then(|| LeaderConfig {
+            name: args.leader_election_name.clone(),
+            namespace: args
+                .leader_election_namespace
+                .clone()
+                .unwrap_or_else(|| default_namespace.to_owned()),
+            identity: args.leader_election_identity.clone().unwrap_or_else(default_identity),
+            duration_seconds: args.lease_duration_seconds,
+        });
+        Self {
+            families,
+            metrics_addr: args.metrics_addr,
+            settings: Settings {
+                watch_namespace: args.watch_namespace.clone(),
+                endpoint_probe_interval: args.endpoint_probe_interval(),
+                error_requeue: Duration::from_secs(10),
+            },
+            leader,
+            probe: Arc::new(TcpProbe {
+                timeout: args.endpoint_probe_timeout(),
+            }),
+        }
+    }
+}
+
+fn dedup(families: &[Family]) -> Vec<Family> {
+    let mut out = families.to_vec();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn default_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "caplv-manager".to_owned());
+    format!("{host}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Connect to the cluster from the kubeconfig or the in-cluster config, and check that the API
+/// server answers within `timeout`, so a wrong or missing cluster fails fast with a clear message.
+///
+/// # Errors
+/// When no configuration is found or the API server does not answer.
+pub async fn connect(timeout: Duration) -> anyhow::Result<Client> {
+    let config = kube::Config::infer()
+        .await
+        .context("no Kubernetes configuration found: set KUBECONFIG, use ~/.kube/config, or run in a pod")?;
+    let url = config.cluster_url.clone();
+    let client = Client::try_from(config).context("invalid Kubernetes client configuration")?;
+    match tokio::time::timeout(timeout, client.apiserver_version()).await {
+        Ok(Ok(version)) => {
+            tracing::info!(%url, version = version.git_version, "connected to the Kubernetes API server");
+            Ok(client)
+        }
+        Ok(Err(err)) => Err(anyhow::anyhow!(
+            "cannot reach the Kubernetes API server at {url}: {err}"
+        )),
+        Err(_) => Err(anyhow::anyhow!(
+            "the Kubernetes API server at {url} did not answer within {timeout:?}"
+        )),
+    }
+}
+
+/// Run the manager with `client` until `shutdown` is cancelled; in-flight reconciles finish first.
+///
+/// # Errors
+/// When the HTTP address cannot be bound, metrics cannot be registered, or leader election fails.
+pub async fn run(client: Client, config: ManagerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new().context("cannot register metrics")?);
+    let readiness = Readiness::default();
+    let listener = http::bind(config.metrics_addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.metrics_addr))?;
+    tracing::info!(addr = %listener.local_addr().unwrap_or(config.metrics_addr), "serving /metrics, /healthz and /readyz");
+    let server = tokio::spawn(http::serve(
+        listener,
+        http::router(metrics.clone(), readiness.clone()),
+        shutdown.clone().cancelled_owned(),
+    ));
+
+    let families: Vec<&str> = config.families.iter().map(|f| f.as_str()).collect();
+    tracing::info!(?families, "controller families enabled");
+    readiness.expect(CAPI_PENDING);
+    let Some(capi) = controllers::capi::wait_for(&client, CAPI_DISCOVERY_INTERVAL, &shutdown).await else {
+        return finish(server).await;
+    };
+    readiness.clear();
+
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        metrics.clone(),
+        config.settings,
+        config.probe,
+        capi,
+    ));
+    match &config.leader {
+        None => {
+            metrics.leader.set(1);
+            controllers::run_families(ctx, &config.families, readiness, shutdown.clone()).await;
+        }
+        Some(leader_config) => {
+            leader::run_while_leader(client, leader_config, &metrics, &shutdown, |stop| {
+                let ctx = ctx.clone();
+                let readiness = readiness.clone();
+                let families = config.families.clone();
+                async move {
+                    controllers::run_families(ctx, &families, readiness.clone(), stop).await;
+                    // A standby replica is healthy and ready to take over.
+                    readiness.clear();
+                }
+            })
+            .await?;
+        }
+    }
+    shutdown.cancel();
+    finish(server).await
+}
+
+async fn finish(server: tokio::task::JoinHandle<std::io::Result<()>>) -> anyhow::Result<()> {
+    server
+        .await
+        .context("HTTP server task failed")?
+        .context("HTTP server failed")
+}
+
+/// A token cancelled by the first SIGINT or SIGTERM.
+#[must_use]
+pub fn shutdown_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let trigger = token.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested; finishing in-flight work");
+        trigger.cancel();
+    });
+    token
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot listen for SIGTERM; only SIGINT stops the manager");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

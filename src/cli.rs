@@ -1,0 +1,180 @@
+//! Command-line interface. Every flag can also be set through the environment variable named
+//! in its help, so the same binary is configured by Helm values or by hand.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::controllers::Family;
+
+/// caplv-manager: Cluster API infrastructure (libvirt), Ignition bootstrap and scheduled
+/// machines, in one process.
+#[derive(Debug, Parser)]
+#[command(name = "caplv-manager", version, about, long_about = None, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    /// Logging options, valid for every subcommand.
+    #[command(flatten)]
+    pub log: LogArgs,
+    /// What to do; `run` when omitted.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Options of `run`, accepted without the word `run`.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controllers against the cluster from the kubeconfig or the in-cluster config (default).
+    Run(RunArgs),
+    /// Print every CRD this binary defines as multi-document YAML, or write one file per CRD.
+    Crds(CrdsArgs),
+}
+
+/// How logs are written.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log line format.
+    #[arg(long, env = "CAPLV_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    /// Log filter in `tracing` env-filter syntax, e.g. `info,caplv=debug`.
+    #[arg(long, env = "CAPLV_LOG", default_value = "info", global = true)]
+    pub log_filter: String,
+}
+
+/// Log line formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Options of `run`.
+#[derive(Clone, Debug, Args)]
+pub struct RunArgs {
+    /// Controller families to run, comma-separated: caplv, ignition, fivespot.
+    /// Defaults to every family compiled into this binary.
+    #[arg(long, env = "CAPLV_CONTROLLERS", value_delimiter = ',', value_parser = parse_family)]
+    pub controllers: Vec<Family>,
+    /// Address of the HTTP server for /metrics, /healthz and /readyz.
+    #[arg(long, env = "CAPLV_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Only watch objects in this namespace (default: all namespaces).
+    #[arg(long, env = "CAPLV_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    /// Hold a coordination.k8s.io Lease and run controllers only while holding it.
+    #[arg(long, env = "CAPLV_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "CAPLV_LEADER_ELECTION_NAME", default_value = "caplv-manager")]
+    pub leader_election_name: String,
+    /// Namespace of the leader-election Lease (default: the client's namespace, in a pod its own).
+    #[arg(long, env = "CAPLV_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Identity written into the Lease (default: the host name plus a random suffix).
+    #[arg(long, env = "CAPLV_LEADER_ELECTION_IDENTITY")]
+    pub leader_election_identity: Option<String>,
+    /// Seconds a Lease stays valid without renewal.
+    #[arg(long, env = "CAPLV_LEASE_DURATION_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=3600))]
+    pub lease_duration_seconds: u64,
+    /// Seconds between checks that a LibvirtCluster's control plane endpoint answers.
+    #[arg(long, env = "CAPLV_ENDPOINT_PROBE_INTERVAL_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub endpoint_probe_interval_seconds: u64,
+    /// Seconds a control plane endpoint TCP probe may take.
+    #[arg(long, env = "CAPLV_ENDPOINT_PROBE_TIMEOUT_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub endpoint_probe_timeout_seconds: u64,
+    /// Seconds to wait for the Kubernetes API server at start-up before giving up.
+    #[arg(long, env = "CAPLV_API_TIMEOUT_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub api_timeout_seconds: u64,
+}
+
+impl RunArgs {
+    /// The control plane probe interval.
+    #[must_use]
+    pub fn endpoint_probe_interval(&self) -> Duration {
+        Duration::from_secs(self.endpoint_probe_interval_seconds)
+    }
+
+    /// The control plane probe timeout.
+    #[must_use]
+    pub fn endpoint_probe_timeout(&self) -> Duration {
+        Duration::from_secs(self.endpoint_probe_timeout_seconds)
+    }
+}
+
+/// Options of `crds`.
+#[derive(Debug, Args)]
+pub struct CrdsArgs {
+    /// Write one `<name>.yaml` per CRD into this directory instead of printing to stdout.
+    #[arg(long, env = "CAPLV_CRDS_OUT_DIR")]
+    pub out_dir: Option<PathBuf>,
+}
+
+/// Parse one controller family name, failing with a message that names the choices and says
+/// when a family exists but was left out of this build.
+fn parse_family(s: &str) -> Result<Family, String> {
+    let family = Family::from_name(s.trim()).ok_or_else(|| {
+        format!(
+            "unknown controller family {s:?}; expected one of: {}",
+            Family::ALL.map(Family::as_str).join(", ")
+        )
+    })?;
+    if family.is_compiled() {
+        Ok(family)
+    } else {
+        Err(format!(
+            "controller family {:?} is not compiled into this binary (it was built without the Cargo feature `{}`)",
+            family.as_str(),
+            family.as_str()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("caplv-manager").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn run_is_the_default_subcommand() {
+        let cli = parse(&["--metrics-addr", "127.0.0.1:9000", "--controllers", "caplv,ignition"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.run.metrics_addr, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(cli.run.controllers, [Family::Caplv, Family::Ignition]);
+    }
+
+    #[test]
+    fn unknown_family_is_named_with_the_choices() {
+        let err = parse(&["--controllers", "caplv,nope"]).unwrap_err().to_string();
+        assert!(
+            err.contains("\"nope\"") && err.contains("caplv, ignition, fivespot"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        assert!(parse(&["--lease-duration-seconds", "1"]).is_err());
+        assert!(parse(&["--metrics-addr", "not-an-address"]).is_err());
+    }
+
+    #[test]
+    fn help_mentions_every_env_var() {
+        let help = parse(&["run", "--help"]).unwrap_err().to_string();
+        for var in [
+            "CAPLV_CONTROLLERS",
+            "CAPLV_METRICS_ADDR",
+            "CAPLV_LEADER_ELECT",
+            "CAPLV_WATCH_NAMESPACE",
+            "CAPLV_LOG_FORMAT",
+        ] {
+            assert!(help.contains(var), "{var} missing from help:\n{help}");
+        }
+    }
+}

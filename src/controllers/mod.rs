@@ -1,0 +1,168 @@
+//! Controllers: the only code that talks to both Kubernetes and the domain modules.
+//!
+//! Each controller module exposes `run(ctx, readiness, shutdown)`; [`run_families`] starts the
+//! ones that belong to the enabled families and returns when all have stopped.
+
+pub mod capi;
+#[cfg(feature = "caplv")]
+pub mod libvirt_cluster;
+mod status;
+
+use std::{sync::Arc, time::Duration};
+
+use kube::{
+    Client, Resource,
+    api::Api,
+    runtime::events::{Recorder, Reporter},
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{api::capi::CapiVersion, endpoint::EndpointProbe, health::Readiness, metrics::Metrics};
+
+pub use status::{apply_status, publish_event};
+
+/// The controller families, each switchable at build time (Cargo feature) and at run time (`--controllers`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// CAPLV infrastructure provider: LibvirtCluster, LibvirtHost, LibvirtMachine.
+    Caplv,
+    /// Ignition bootstrap provider: IgnitionConfig.
+    Ignition,
+    /// 5-Spot: ScheduledMachine.
+    Fivespot,
+}
+
+impl Family {
+    /// Every family, compiled in or not.
+    pub const ALL: [Self; 3] = [Self::Caplv, Self::Ignition, Self::Fivespot];
+
+    /// The family's name on the command line and as its Cargo feature.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Caplv => "caplv",
+            Self::Ignition => "ignition",
+            Self::Fivespot => "fivespot",
+        }
+    }
+
+    /// The family named `name`, if any.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.as_str() == name)
+    }
+
+    /// Whether this binary was built with the family's Cargo feature.
+    #[must_use]
+    pub const fn is_compiled(self) -> bool {
+        match self {
+            Self::Caplv => cfg!(feature = "caplv"),
+            Self::Ignition => cfg!(feature = "ignition"),
+            Self::Fivespot => cfg!(feature = "fivespot"),
+        }
+    }
+
+    /// The families compiled into this binary: the default for `--controllers`.
+    #[must_use]
+    pub fn compiled() -> Vec<Self> {
+        Self::ALL.into_iter().filter(|f| f.is_compiled()).collect()
+    }
+
+    /// The controllers of this family that this build runs.
+    #[must_use]
+    pub fn controllers(self) -> &'static [&'static str] {
+        match self {
+            Self::Caplv => &["libvirtcluster"],
+            Self::Ignition | Self::Fivespot => &[],
+        }
+    }
+}
+
+/// Run-time settings the controllers share.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Only watch this namespace, when set.
+    pub watch_namespace: Option<String>,
+    /// How often a LibvirtCluster's endpoint is probed.
+    pub endpoint_probe_interval: Duration,
+    /// Delay before retrying a reconcile that failed on a transient error.
+    pub error_requeue: Duration,
+}
+
+/// Everything a reconcile needs; one per manager, shared by every controller.
+pub struct Context {
+    /// The one Kubernetes client.
+    pub client: Client,
+    /// The one metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// Publishes Kubernetes Events.
+    pub recorder: Recorder,
+    /// Shared settings.
+    pub settings: Settings,
+    /// Checks control plane endpoints.
+    pub probe: Arc<dyn EndpointProbe>,
+    /// The Cluster API core version served by the cluster.
+    pub capi: CapiVersion,
+}
+
+impl Context {
+    /// Build a context; events are reported as `caplv-manager`.
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        settings: Settings,
+        probe: Arc<dyn EndpointProbe>,
+        capi: CapiVersion,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "caplv-manager".to_owned(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Self {
+            client,
+            metrics,
+            recorder,
+            settings,
+            probe,
+            capi,
+        }
+    }
+
+    /// An `Api` for `K` scoped to the watch namespace, or to all namespaces.
+    pub fn watched_api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match &self.settings.watch_namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+}
+
+/// Run every controller of `families` until `shutdown` is cancelled, then let in-flight
+/// reconciles finish.
+pub async fn run_families(ctx: Arc<Context>, families: &[Family], readiness: Readiness, shutdown: CancellationToken) {
+    let mut tasks = Vec::new();
+    for family in families {
+        for controller in family.controllers() {
+            readiness.expect(controller);
+            tracing::info!(family = family.as_str(), controller, "starting controller");
+        }
+        match family {
+            #[cfg(feature = "caplv")]
+            Family::Caplv => tasks.push(tokio::spawn(libvirt_cluster::run(
+                ctx.clone(),
+                readiness.clone(),
+                shutdown.clone(),
+            ))),
+            _ => {}
+        }
+    }
+    for task in tasks {
+        if let Err(err) = task.await {
+            tracing::error!(error = %err, "controller task ended abnormally");
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! caplv: one manager for ephemeral libvirt workers in Cluster API clusters.
+//!
+//! Three controller families share one runtime, one client and one metrics server:
+//! the CAPLV infrastructure provider (`LibvirtCluster`, `LibvirtHost`, `LibvirtMachine`), the
+//! Ignition bootstrap provider (`IgnitionConfig`) and 5-Spot (`ScheduledMachine`).
+
+pub mod api;
+pub mod app;
+pub mod cli;
+pub mod controllers;
+pub mod crds;
+pub mod endpoint;
+pub mod health;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod telemetry;
