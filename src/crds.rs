@@ -54,3 +54,96 @@ fn write_dir(dir: &Path) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn committed_dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("manifests/crds")
+    }
+
+    #[test]
+    fn committed_crds_match_the_code() {
+        let dir = committed_dir();
+        let mut expected: Vec<String> = api::crds().iter().map(file_name).collect();
+        expected.sort();
+        let mut present: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        present.sort();
+        assert_eq!(
+            present, expected,
+            "manifests/crds has stale or missing files; run `cargo run -- crds --out-dir manifests/crds`"
+        );
+        for crd in api::crds() {
+            let path = dir.join(file_name(&crd));
+            let committed = fs::read_to_string(&path).unwrap();
+            assert!(
+                committed == render_one(&crd).unwrap(),
+                "{} drifted from the code; run `cargo run -- crds --out-dir manifests/crds`",
+                path.display()
+            );
+        }
+    }
+
+    #[test]
+    fn capi_facing_crds_carry_both_contract_labels() {
+        for crd in api::crds() {
+            let name = crd.metadata.name.clone().unwrap();
+            let labels = crd.metadata.labels.clone().unwrap_or_default();
+            let capi_facing = !name.starts_with("libvirthosts.") && !name.starts_with("scheduledmachines.");
+            for contract in ["cluster.x-k8s.io/v1beta1", "cluster.x-k8s.io/v1beta2"] {
+                assert_eq!(labels.get(contract).is_some(), capi_facing, "{name}: label {contract}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_crd_has_a_status_subresource_or_is_a_template() {
+        for crd in api::crds() {
+            let name = crd.metadata.name.clone().unwrap();
+            let version = &crd.spec.versions[0];
+            let has_status = version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some();
+            assert_eq!(has_status, !name.contains("templates."), "{name}");
+        }
+    }
+
+    #[test]
+    fn seed_kinds_have_short_names_and_printer_columns() {
+        let crds = api::crds();
+        let by_name = |n: &str| crds.iter().find(|c| c.metadata.name.as_deref() == Some(n)).unwrap();
+        let columns = |n: &str| -> Vec<String> {
+            by_name(n).spec.versions[0]
+                .additional_printer_columns
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| c.name)
+                .collect()
+        };
+        assert_eq!(
+            columns("scheduledmachines.5spot.finos.org"),
+            ["Phase", "InSchedule", "Next", "Machine", "Age"]
+        );
+        assert_eq!(
+            columns("libvirthosts.infrastructure.cluster.x-k8s.io"),
+            ["URI", "Ready", "vCPUs", "Memory", "Age"]
+        );
+        assert_eq!(
+            columns("libvirtmachines.infrastructure.cluster.x-k8s.io"),
+            ["Host", "Ready", "State", "ProviderID", "Age"]
+        );
+        assert_eq!(
+            by_name("scheduledmachines.5spot.finos.org")
+                .spec
+                .names
+                .short_names
+                .as_deref(),
+            Some(&["sm".to_owned()][..])
+        );
+    }
+}

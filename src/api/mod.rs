@@ -57,3 +57,40 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ScheduledMachine::crd(),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn the_seed_manifests_decode_into_our_types() {
+        let cluster: LibvirtCluster = parse(include_str!("../../examples/seed/01-libvirtcluster.yaml"));
+        assert_eq!(cluster.spec.control_plane_endpoint.unwrap().port, 6443);
+
+        let host: LibvirtHost = parse(include_str!("../../examples/seed/02-libvirthost.yaml"));
+        assert_eq!(host.spec.uri, "qemu+ssh://caplv@192.168.122.1/system");
+        assert_eq!(
+            host.spec.reserved_resources.vcpus, 2,
+            "defaults fill what the seed leaves out"
+        );
+
+        let ignition: IgnitionConfig = parse(include_str!("../../examples/seed/ignitionconfig.yaml"));
+        assert_eq!(ignition.spec.secret_ref.key, "value");
+
+        let sm: ScheduledMachine = parse(include_str!("../../examples/seed/05-scheduledmachine.yaml"));
+        assert_eq!(
+            sm.spec.schedule.days_of_week.as_deref(),
+            Some(&["mon-fri".to_owned()][..])
+        );
+        assert_eq!(sm.spec.infrastructure_spec.kind, "LibvirtMachine");
+        let machine: libvirt_machine::LibvirtMachineSpec =
+            serde_json::from_value(sm.spec.infrastructure_spec.spec).unwrap();
+        assert_eq!(machine.network.addresses, ["192.168.122.100/24"]);
+        assert_eq!(machine.network.interface_name, "enp1s0");
+        assert_eq!(machine.domain.memory_mb, 8192);
+    }
+}
