@@ -1,1 +1,97 @@
-//! placeholder until the crate lands
+//! # memkube: an in-memory Kubernetes API server for tests
+//!
+//! Serves kube-rs (in-process through [`Server::client`], or over TCP) and the real `kubectl`.
+//!
+//! ```no_run
+//! # async fn f() -> anyhow::Result<()> {
+//! let server = memkube::Server::new();
+//! let client: kube::Client = server.client(); // in-process, default namespace "default"
+//! let addr = server.serve("127.0.0.1:0".parse()?).await?; // plain http for kubectl
+//! std::fs::write("kubeconfig", memkube::kubeconfig_yaml(addr))?;
+//! # Ok(()) }
+//! ```
+//!
+//! Test hooks on [`Server`]: [`Server::inject_fault`] ([`Fault`]), [`Server::set_latency`],
+//! [`Server::cut_watches`], [`Server::compact`], [`Server::request_count`] /
+//! [`Server::reset_counts`], direct store access ([`Server::get_object`],
+//! [`Server::list_objects`], [`Server::put_object`], [`Server::delete_object`]),
+//! [`Server::wait_for`] and [`Server::install_crds`].
+//!
+//! ## Faithful
+//! - Discovery (`/version`, `/api`, `/apis`, group and resource lists with short names,
+//!   categories, verbs and subresources); no aggregated discovery. `/openapi/v3` answers 404
+//!   and `/openapi/v2` an empty protobuf document, so kubectl finds no client-side schema and
+//!   `kubectl apply` works without `--validate=false` (the server validates custom resources).
+//! - CRDs: registered on create (`NamesAccepted`/`Established` True, `acceptedNames`);
+//!   deletion deletes the instances (their finalizers run), then unregisters the kind.
+//!   Schema defaulting, pruning, structural validation and CEL rules (incl. `oldSelf`) via
+//!   [`schema`]; errors are 422 with `details.causes`. `fieldValidation=Strict` (kubectl's
+//!   default) rejects unknown fields with 400 `strict decoding error`, `Warn` (the default)
+//!   answers with `Warning` headers, `Ignore` prunes silently.
+//! - CRUD for namespaced and cluster-scoped kinds; built-ins are listed in `registry.rs`.
+//!   Creating in a missing namespace gives 404 for the namespace (lists there are empty);
+//!   namespaces terminate (content
+//!   deleted, 403 for new content, gone once empty).
+//! - Metadata: uid, one global resourceVersion (no bump on no-op writes), generation
+//!   (spec changes; any non-metadata change for kinds without `/status`), creationTimestamp,
+//!   generateName, managedFields with per-manager field ownership.
+//! - 409 Conflict on a stale resourceVersion, 409 AlreadyExists, status subresource
+//!   separation (status dropped on create and ignored on main-resource writes).
+//! - Merge, JSON (test-of-absent-against-null passes, as client-go's server does) and
+//!   strategic merge patches (415 for strategic on custom resources); server-side apply:
+//!   create if absent (201), field ownership, conflicts (409 `Apply failed with N conflict...`)
+//!   unless `force=true`, removal of fields the manager stopped applying.
+//! - Deletion: finalizers, deletionTimestamp, Background/Foreground/Orphan propagation,
+//!   ownerReference GC, preconditions, deletecollection, dryRun=All.
+//! - List: label/field selectors, limit/continue. Watch: replay from a resourceVersion, 410
+//!   after compaction or when a watcher lags, bookmarks, `sendInitialEvents` streaming lists,
+//!   selector transitions (ADDED/DELETED), timeouts, DELETED with the final object.
+//! - Table output, also on watches (`kubectl get -w`): CRDs show Name plus their declared
+//!   printer columns (Name and Age when they declare none, as the apiextensions server does;
+//!   `date` columns render as ages like `5m`); built-ins show kubectl's usual columns;
+//!   `PartialObjectMetadata` responses for metadata-only clients; eviction with
+//!   PodDisruptionBudgets (429); CSR `approval`; `meta.k8s.io/v1 Status` errors.
+//!
+//! ## Simplified
+//! - Server-side apply field sets cover maps and lists whose items share a `type`, `name`,
+//!   `uid` or `key` field; other lists are atomic. Update operations own the leaf fields they
+//!   changed. Conflicts are only checked for applies, as on a real server.
+//! - Strategic merge knows merge keys by field name only (ownerReferences, finalizers,
+//!   containers, initContainers, volumes, env, volumeMounts, taints, conditions); other
+//!   lists are replaced.
+//! - The garbage collector runs synchronously after each write; Orphan removes ownerRefs at once.
+//! - Multi-version CRDs share one store without conversion (objects are re-labelled).
+//! - Pods are never scheduled or run; deleting a pod is immediate (no grace period);
+//!   PodDisruptionBudget status is kept current by the server (pods count as healthy when
+//!   their Ready condition is True, or when Running without conditions).
+//! - Core `Event` and `events.k8s.io` events are stored separately.
+//! - Unknown-field detection (`fieldValidation`) applies to custom resources only; built-in
+//!   kinds are stored as sent.
+//! - No authentication, authorization, admission webhooks, aggregated discovery or protobuf
+//!   (protobuf bodies get 415, protobuf-only Accept gets 406).
+
+pub mod schema;
+
+mod crd;
+mod discovery;
+mod eviction;
+mod gc;
+pub mod hooks;
+mod index;
+mod meta;
+mod objects;
+mod ops;
+mod patch;
+mod registry;
+mod routes;
+mod selectors;
+mod server;
+mod ssa;
+mod status;
+mod store;
+mod table;
+mod watch;
+
+pub use hooks::{Fault, RequestInfo};
+pub use server::{Config, Server, kubeconfig_yaml};
+pub use status::ApiError;

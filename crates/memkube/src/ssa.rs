@@ -1,0 +1,388 @@
+//! Server-side apply: field sets (`fieldsV1`), merging an applied configuration, removing fields
+//! a manager stopped applying, field ownership across managers and apply conflicts (409).
+
+use crate::meta::{self, meta_mut};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeSet;
+
+/// One leaf of a field set: `f:<name>`, `k:<json key>` or `.` elements.
+pub type FieldPath = Vec<String>;
+
+/// The key field of a list for server-side apply (`type` for conditions, `name` otherwise),
+/// or None for atomic lists.
+fn ssa_list_key(items: &[Value]) -> Option<&'static str> {
+    if items.is_empty() || !items.iter().all(Value::is_object) {
+        return None;
+    }
+    ["type", "name", "uid", "key"]
+        .into_iter()
+        .find(|k| items.iter().all(|i| i.get(*k).is_some_and(Value::is_string)))
+}
+
+fn item_key(key: &str, item: &Value) -> String {
+    let mut m = Map::new();
+    m.insert(key.into(), item.get(key).cloned().unwrap_or(Value::Null));
+    format!("k:{}", Value::Object(m))
+}
+
+/// The `fieldsV1` set of an applied configuration (apiVersion/kind and identity metadata skipped).
+pub fn fieldset(applied: &Value) -> Value {
+    fn walk(v: &Value, root: bool) -> Value {
+        let mut out = Map::new();
+        match v {
+            Value::Object(m) => {
+                for (k, cv) in m {
+                    if root && matches!(k.as_str(), "apiVersion" | "kind") {
+                        continue;
+                    }
+                    if root && k == "metadata" {
+                        let mut mm = Map::new();
+                        if let Some(md) = cv.as_object() {
+                            for (mk, mv) in md {
+                                if matches!(mk.as_str(), "labels" | "annotations" | "finalizers" | "ownerReferences") {
+                                    mm.insert(format!("f:{mk}"), walk(mv, false));
+                                }
+                            }
+                        }
+                        if !mm.is_empty() {
+                            out.insert("f:metadata".into(), Value::Object(mm));
+                        }
+                        continue;
+                    }
+                    out.insert(format!("f:{k}"), walk(cv, false));
+                }
+            }
+            Value::Array(items) => {
+                if let Some(key) = ssa_list_key(items) {
+                    for it in items {
+                        let mut sub = walk(it, false);
+                        if let Value::Object(s) = &mut sub {
+                            s.insert(".".into(), Value::Object(Map::new()));
+                        }
+                        out.insert(item_key(key, it), sub);
+                    }
+                }
+            }
+            _ => {}
+        }
+        Value::Object(out)
+    }
+    walk(applied, true)
+}
+
+/// Merge an applied configuration into the live object (maps recursively, keyed lists by key,
+/// everything else replaced).
+pub fn apply_merge(live: &mut Value, applied: &Value) {
+    match (live, applied) {
+        (Value::Object(lm), Value::Object(am)) => {
+            for (k, av) in am {
+                match lm.get_mut(k) {
+                    Some(lv) => apply_merge(lv, av),
+                    None => {
+                        lm.insert(k.clone(), av.clone());
+                    }
+                }
+            }
+        }
+        (Value::Array(la), Value::Array(aa)) => match ssa_list_key(aa) {
+            Some(key) if la.iter().all(|i| i.get(key).is_some()) => {
+                for it in aa {
+                    match la.iter().position(|c| c.get(key) == it.get(key)) {
+                        Some(i) => apply_merge(&mut la[i], it),
+                        None => la.push(it.clone()),
+                    }
+                }
+            }
+            _ => *la = aa.clone(),
+        },
+        (l, a) => *l = a.clone(),
+    }
+}
+
+/// Remove from `obj` the fields in `prev` (this manager's last applied set) that are absent from
+/// `new` and not owned by any of `others`.
+pub fn remove_dropped(obj: &mut Value, prev: &Value, new: &Value, others: &[Value]) {
+    let Some(pm) = prev.as_object() else { return };
+    for (pk, psub) in pm {
+        if pk == "." {
+            continue;
+        }
+        let nsub = new.get(pk);
+        let osubs: Vec<Value> = others.iter().filter_map(|o| o.get(pk).cloned()).collect();
+        if let Some(field) = pk.strip_prefix("f:") {
+            let Value::Object(om) = obj else { continue };
+            match nsub {
+                None if osubs.is_empty() => {
+                    om.remove(field);
+                }
+                None => {
+                    if let Some(child) = om.get_mut(field) {
+                        remove_dropped(child, psub, &Value::Object(Map::new()), &osubs);
+                    }
+                }
+                Some(ns) => {
+                    if let Some(child) = om.get_mut(field) {
+                        remove_dropped(child, psub, ns, &osubs);
+                    }
+                }
+            }
+        } else if let Some(kjson) = pk.strip_prefix("k:") {
+            let Value::Array(items) = obj else { continue };
+            let Ok(Value::Object(kv)) = serde_json::from_str::<Value>(kjson) else {
+                continue;
+            };
+            let matches = |it: &Value| kv.iter().all(|(k, v)| it.get(k) == Some(v));
+            match nsub {
+                None if osubs.is_empty() => items.retain(|it| !matches(it)),
+                None => {
+                    if let Some(it) = items.iter_mut().find(|it| matches(it)) {
+                        remove_dropped(it, psub, &Value::Object(Map::new()), &osubs);
+                    }
+                }
+                Some(ns) => {
+                    if let Some(it) = items.iter_mut().find(|it| matches(it)) {
+                        remove_dropped(it, psub, ns, &osubs);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Leaf paths of a `fieldsV1` tree.
+pub fn leaves(set: &Value) -> BTreeSet<FieldPath> {
+    fn walk(v: &Value, cur: &mut FieldPath, out: &mut BTreeSet<FieldPath>) {
+        match v.as_object() {
+            Some(m) if !m.is_empty() => {
+                for (k, sub) in m {
+                    cur.push(k.clone());
+                    walk(sub, cur, out);
+                    cur.pop();
+                }
+            }
+            _ => {
+                if !cur.is_empty() {
+                    out.insert(cur.clone());
+                }
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(set, &mut vec![], &mut out);
+    out
+}
+
+/// Rebuild a `fieldsV1` tree from leaf paths.
+pub fn tree(paths: &BTreeSet<FieldPath>) -> Value {
+    let mut root = Value::Object(Map::new());
+    for p in paths {
+        let mut cur = &mut root;
+        for el in p {
+            let Value::Object(m) = cur else { break };
+            cur = m.entry(el.clone()).or_insert_with(|| Value::Object(Map::new()));
+        }
+    }
+    root
+}
+
+/// The value a field path points at (`.` is the node itself).
+pub fn value_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut cur = obj;
+    for el in path {
+        if el == "." {
+            continue;
+        }
+        if let Some(f) = el.strip_prefix("f:") {
+            cur = cur.get(f)?;
+        } else if let Some(k) = el.strip_prefix("k:") {
+            let kv: Map<String, Value> = serde_json::from_str(k).ok()?;
+            cur = cur
+                .as_array()?
+                .iter()
+                .find(|it| kv.iter().all(|(k, v)| it.get(k) == Some(v)))?;
+        } else {
+            return None;
+        }
+    }
+    Some(cur)
+}
+
+/// `.spec.x[type="Ready"].status`, as apply conflict messages print paths.
+pub fn render(path: &[String]) -> String {
+    let mut s = String::new();
+    for el in path {
+        if let Some(f) = el.strip_prefix("f:") {
+            s.push('.');
+            s.push_str(f);
+        } else if let Some(k) = el.strip_prefix("k:") {
+            let kv: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
+            let inner: Vec<String> = kv.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            s.push_str(&format!("[{}]", inner.join(",")));
+        }
+    }
+    s
+}
+
+fn entries(obj: Option<&Value>) -> Vec<Value> {
+    obj.and_then(|o| o.pointer("/metadata/managedFields"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Fields that `applied` would change and that other managers own:
+/// (`"manager" using apiVersion`, path).
+pub fn conflicts(live: &Value, applied: &Value, manager: &str) -> Vec<(String, String)> {
+    let mut out = vec![];
+    let others: Vec<(String, BTreeSet<FieldPath>)> = entries(Some(live))
+        .iter()
+        .filter(|e| e["manager"] != manager)
+        .map(|e| {
+            let who = format!(
+                "\"{}\" using {}",
+                e["manager"].as_str().unwrap_or(""),
+                e["apiVersion"].as_str().unwrap_or("")
+            );
+            (who, leaves(&e["fieldsV1"]))
+        })
+        .collect();
+    for p in leaves(&fieldset(applied)) {
+        if p.last().is_some_and(|l| l == ".") {
+            continue;
+        }
+        let (lv, av) = (value_at(live, &p), value_at(applied, &p));
+        if lv.is_none() || lv == av {
+            continue;
+        }
+        for (m, set) in &others {
+            if set.contains(&p) {
+                out.push((m.clone(), render(&p)));
+            }
+        }
+    }
+    out
+}
+
+/// Update `new.metadata.managedFields` for a write by `manager` with `op` (`Apply` or `Update`):
+/// an apply owns exactly its applied set; an update takes the fields it changed; fields another
+/// manager changed or that no longer exist leave every other set.
+pub fn record(
+    old: Option<&Value>,
+    new: &mut Value,
+    api_version: &str,
+    manager: &str,
+    op: &str,
+    sub: Option<&str>,
+    applied: &Value,
+) {
+    if manager.is_empty() {
+        return;
+    }
+    let changed: BTreeSet<FieldPath> = leaves(&fieldset(new))
+        .into_iter()
+        .filter(|p| old.is_none_or(|o| value_at(o, p) != value_at(new, p)))
+        .collect();
+    let mine = |e: &Value| {
+        e["manager"] == manager && e["operation"] == op && e.get("subresource").and_then(Value::as_str) == sub
+    };
+    let mut list: Vec<(Value, BTreeSet<FieldPath>)> = entries(old)
+        .into_iter()
+        .filter(|e| !mine(e))
+        .map(|e| {
+            let set = leaves(&e["fieldsV1"]);
+            (e, set)
+        })
+        .collect();
+    let prev_mine: BTreeSet<FieldPath> = entries(old)
+        .iter()
+        .find(|e| mine(e))
+        .map(|e| leaves(&e["fieldsV1"]))
+        .unwrap_or_default();
+    let my_set: BTreeSet<FieldPath> = if op == "Apply" {
+        leaves(applied)
+    } else {
+        prev_mine.union(&changed).cloned().collect()
+    };
+    for (_, set) in &mut list {
+        set.retain(|p| !changed.contains(p));
+    }
+    let mut mine_entry = json!({
+        "manager": manager, "operation": op, "apiVersion": api_version,
+        "time": meta::now(), "fieldsType": "FieldsV1",
+    });
+    if let Some(s) = sub {
+        mine_entry["subresource"] = json!(s);
+    }
+    list.push((mine_entry, my_set));
+    let out: Vec<Value> = list
+        .into_iter()
+        .filter_map(|(mut e, mut set)| {
+            set.retain(|p| value_at(new, p).is_some());
+            if set.is_empty() {
+                return None;
+            }
+            e["fieldsV1"] = tree(&set);
+            Some(e)
+        })
+        .collect();
+    let m = meta_mut(new);
+    if out.is_empty() {
+        m.remove("managedFields");
+    } else {
+        m.insert("managedFields".into(), Value::Array(out));
+    }
+}
+
+/// managedFields entries without their timestamps (ownership comparison for no-op detection).
+pub fn without_time(v: &Value) -> Value {
+    let mut mf = v.pointer("/metadata/managedFields").cloned().unwrap_or(json!([]));
+    if let Value::Array(entries) = &mut mf {
+        for e in entries {
+            if let Value::Object(m) = e {
+                m.remove("time");
+            }
+        }
+    }
+    mf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssa_removes_dropped_fields() {
+        let a1 = json!({"spec": {"a": 1, "b": 2}, "status": {"conditions": [{"type": "A", "status": "True"}, {"type": "B", "status": "True"}]}});
+        let a2 = json!({"spec": {"a": 3}, "status": {"conditions": [{"type": "A", "status": "False"}]}});
+        let mut live = json!({"spec": {"c": 9}});
+        apply_merge(&mut live, &a1);
+        let f1 = fieldset(&a1);
+        apply_merge(&mut live, &a2);
+        remove_dropped(&mut live, &f1, &fieldset(&a2), &[]);
+        assert_eq!(live["spec"], json!({"a": 3, "c": 9}));
+        assert_eq!(live["status"]["conditions"], json!([{"type": "A", "status": "False"}]));
+    }
+
+    #[test]
+    fn ownership_and_conflicts() {
+        let mut live = json!({"spec": {"holder": "a", "x": 1}});
+        let applied_a = json!({"spec": {"holder": "a"}});
+        record(None, &mut live, "v1", "mgr-a", "Apply", None, &fieldset(&applied_a));
+        let c = conflicts(&live, &json!({"spec": {"holder": "b"}}), "mgr-b");
+        assert_eq!(c, vec![("\"mgr-a\" using v1".to_string(), ".spec.holder".to_string())]);
+        assert!(conflicts(&live, &json!({"spec": {"holder": "a"}}), "mgr-b").is_empty());
+        // an update by another manager takes ownership of what it changed
+        let old = live.clone();
+        live["spec"]["holder"] = json!("c");
+        record(Some(&old), &mut live, "v1", "mgr-c", "Update", None, &json!({}));
+        assert!(
+            conflicts(&live, &json!({"spec": {"holder": "d"}}), "mgr-a")
+                .iter()
+                .all(|(m, _)| m.starts_with("\"mgr-c\""))
+        );
+        assert_eq!(
+            render(&["f:status".into(), "k:{\"type\":\"Ready\"}".into(), "f:status".into()]),
+            ".status[type=\"Ready\"].status"
+        );
+    }
+}
