@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     cli::RunArgs,
+    clock::{Clock, SystemClock},
     controllers::{self, Context, Family, Settings},
     endpoint::{EndpointProbe, TcpProbe},
     health::Readiness,
@@ -19,8 +20,6 @@ use crate::{
 
 /// How often to look for Cluster API core while it is not installed.
 const CAPI_DISCOVERY_INTERVAL: Duration = Duration::from_secs(10);
-/// Readiness entry held while Cluster API core is missing.
-const CAPI_PENDING: &str = "cluster-api-core";
 
 /// Everything the manager needs besides the client.
 pub struct ManagerConfig {
@@ -34,6 +33,8 @@ pub struct ManagerConfig {
     pub leader: Option<LeaderConfig>,
     /// How control plane endpoints are checked.
     pub probe: Arc<dyn EndpointProbe>,
+    /// The clock schedules are evaluated against.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl ManagerConfig {
@@ -66,6 +67,7 @@ impl ManagerConfig {
             probe: Arc::new(TcpProbe {
                 timeout: args.endpoint_probe_timeout(),
             }),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -82,6 +84,29 @@ fn default_identity() -> String {
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "caplv-manager".to_owned());
     format!("{host}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// State the manager shares with whoever started it: tests and the sandbox read readiness and
+/// metrics directly instead of over HTTP.
+#[derive(Clone, Debug)]
+pub struct Shared {
+    /// The one metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// Readiness of the controllers.
+    pub readiness: Readiness,
+}
+
+impl Shared {
+    /// Fresh metrics and readiness.
+    ///
+    /// # Errors
+    /// When metrics cannot be registered.
+    pub fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            metrics: Arc::new(Metrics::new().context("cannot register metrics")?),
+            readiness: Readiness::default(),
+        })
+    }
 }
 
 /// Connect to the cluster from the kubeconfig or the in-cluster config, and check that the API
@@ -113,9 +138,13 @@ pub async fn connect(timeout: Duration) -> anyhow::Result<Client> {
 ///
 /// # Errors
 /// When the HTTP address cannot be bound, metrics cannot be registered, or leader election fails.
-pub async fn run(client: Client, config: ManagerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let metrics = Arc::new(Metrics::new().context("cannot register metrics")?);
-    let readiness = Readiness::default();
+pub async fn run(
+    client: Client,
+    config: ManagerConfig,
+    shared: Shared,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let Shared { metrics, readiness } = shared;
     let listener = http::bind(config.metrics_addr)
         .await
         .with_context(|| format!("cannot listen on {}", config.metrics_addr))?;
@@ -128,11 +157,9 @@ pub async fn run(client: Client, config: ManagerConfig, shutdown: CancellationTo
 
     let families: Vec<&str> = config.families.iter().map(|f| f.as_str()).collect();
     tracing::info!(?families, "controller families enabled");
-    readiness.expect(CAPI_PENDING);
     let Some(capi) = controllers::capi::wait_for(&client, CAPI_DISCOVERY_INTERVAL, &shutdown).await else {
         return finish(server).await;
     };
-    readiness.clear();
 
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -140,6 +167,7 @@ pub async fn run(client: Client, config: ManagerConfig, shutdown: CancellationTo
         config.settings,
         config.probe,
         capi,
+        config.clock,
     ));
     match &config.leader {
         None => {
@@ -147,6 +175,7 @@ pub async fn run(client: Client, config: ManagerConfig, shutdown: CancellationTo
             controllers::run_families(ctx, &config.families, readiness, shutdown.clone()).await;
         }
         Some(leader_config) => {
+            readiness.stand_by();
             leader::run_while_leader(client, leader_config, &metrics, &shutdown, |stop| {
                 let ctx = ctx.clone();
                 let readiness = readiness.clone();
@@ -154,7 +183,7 @@ pub async fn run(client: Client, config: ManagerConfig, shutdown: CancellationTo
                 async move {
                     controllers::run_families(ctx, &families, readiness.clone(), stop).await;
                     // A standby replica is healthy and ready to take over.
-                    readiness.clear();
+                    readiness.stand_by();
                 }
             })
             .await?;

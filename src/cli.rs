@@ -30,6 +30,10 @@ pub enum Command {
     Run(RunArgs),
     /// Print every CRD this binary defines as multi-document YAML, or write one file per CRD.
     Crds(CrdsArgs),
+    /// Start an in-memory API server with every CRD, a Cluster API simulator and the
+    /// controllers; write a kubeconfig once ready; run until SIGINT/SIGTERM.
+    #[command(mut_arg("metrics_addr", |a| a.default_value("127.0.0.1:8080")))]
+    Sandbox(SandboxArgs),
 }
 
 /// How logs are written.
@@ -111,6 +115,45 @@ pub struct CrdsArgs {
     /// Write one `<name>.yaml` per CRD into this directory instead of printing to stdout.
     #[arg(long, env = "CAPLV_CRDS_OUT_DIR")]
     pub out_dir: Option<PathBuf>,
+}
+
+/// Options of `sandbox`.
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Address the in-memory API server listens on (port 0 picks a free one).
+    #[arg(long, env = "CAPLV_SANDBOX_LISTEN", default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Where to write the kubeconfig, once everything is ready.
+    #[arg(long, env = "CAPLV_SANDBOX_KUBECONFIG", default_value = "caplv-sandbox.kubeconfig")]
+    pub kubeconfig_out: PathBuf,
+    /// `test`: every LibvirtHost is served by a private libvirt test driver and no address in a
+    /// manifest is ever dialled. `real`: hosts and endpoints are contacted as written.
+    #[arg(long, env = "CAPLV_SANDBOX_LIBVIRT", value_enum, default_value_t = LibvirtMode::Test)]
+    pub libvirt: LibvirtMode,
+    /// Cluster API core version the simulator serves.
+    #[arg(long, env = "CAPLV_SANDBOX_CAPI_VERSION", value_enum, default_value_t = CapiVersionArg::V1beta1)]
+    pub capi_version: CapiVersionArg,
+    /// Manager options (the metrics address defaults to loopback here).
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// How the sandbox reaches libvirt hosts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LibvirtMode {
+    /// Private in-process libvirt test drivers; nothing is dialled.
+    Test,
+    /// Real hosts, as the manifests name them.
+    Real,
+}
+
+/// Cluster API core versions the sandbox can serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CapiVersionArg {
+    /// CAPI up to v1.10 (OpenShift up to 4.20).
+    V1beta1,
+    /// CAPI v1.11 and later.
+    V1beta2,
 }
 
 /// Parse one controller family name, failing with a message that names the choices and says

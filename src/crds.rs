@@ -97,7 +97,7 @@ mod tests {
             let labels = crd.metadata.labels.clone().unwrap_or_default();
             let capi_facing = !name.starts_with("libvirthosts.") && !name.starts_with("scheduledmachines.");
             for contract in ["cluster.x-k8s.io/v1beta1", "cluster.x-k8s.io/v1beta2"] {
-                assert_eq!(labels.get(contract).is_some(), capi_facing, "{name}: label {contract}");
+                assert_eq!(labels.contains_key(contract), capi_facing, "{name}: label {contract}");
             }
         }
     }

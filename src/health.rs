@@ -3,42 +3,68 @@
 
 use std::{
     collections::BTreeMap,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
 /// Shared readiness state, cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct Readiness {
-    inner: Arc<Mutex<BTreeMap<&'static str, bool>>>,
+    inner: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// False until the manager has decided what it runs (controllers, or standing by).
+    settled: bool,
+    /// Controllers that must sync, and whether they have.
+    controllers: BTreeMap<&'static str, bool>,
 }
 
 impl Readiness {
     /// Expect `controller` to report ready before the manager is.
     pub fn expect(&self, controller: &'static str) {
-        self.lock().insert(controller, false);
+        self.lock().controllers.insert(controller, false);
     }
 
     /// Mark `controller`'s caches as synced.
     pub fn mark_ready(&self, controller: &'static str) {
-        self.lock().insert(controller, true);
+        self.lock().controllers.insert(controller, true);
     }
 
-    /// Forget every controller (they stopped, e.g. because the lease was lost).
-    pub fn clear(&self) {
-        self.lock().clear();
+    /// Every expected controller is registered; readiness now depends only on them.
+    pub fn settle(&self) {
+        self.lock().settled = true;
     }
 
-    /// Controllers still waiting for their caches.
+    /// No controllers run (e.g. standing by for the lease); the manager is ready as it is.
+    pub fn stand_by(&self) {
+        let mut state = self.lock();
+        state.controllers.clear();
+        state.settled = true;
+    }
+
+    /// What the manager still waits for; empty when ready.
     #[must_use]
     pub fn pending(&self) -> Vec<&'static str> {
-        self.lock()
+        let state = self.lock();
+        if !state.settled {
+            return vec!["start-up"];
+        }
+        state
+            .controllers
             .iter()
             .filter(|(_, ready)| !**ready)
             .map(|(name, _)| *name)
             .collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, bool>> {
+    /// True when nothing is pending.
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        self.pending().is_empty()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -48,17 +74,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ready_only_when_every_expected_controller_is() {
+    fn ready_only_once_settled_and_every_expected_controller_is() {
         let r = Readiness::default();
-        assert!(r.pending().is_empty());
+        assert_eq!(r.pending(), ["start-up"]);
         r.expect("a");
         r.expect("b");
+        r.settle();
         r.mark_ready("a");
         assert_eq!(r.pending(), ["b"]);
         r.mark_ready("b");
-        assert!(r.pending().is_empty());
+        assert!(r.is_ready());
         r.expect("c");
-        r.clear();
-        assert!(r.pending().is_empty());
+        assert!(!r.is_ready());
+        r.stand_by();
+        assert!(r.is_ready());
     }
 }

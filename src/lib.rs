@@ -7,11 +7,15 @@
 pub mod api;
 pub mod app;
 pub mod cli;
+pub mod clock;
 pub mod controllers;
 pub mod crds;
 pub mod endpoint;
 pub mod health;
 pub mod http;
+pub mod ignition;
 pub mod leader;
 pub mod metrics;
+pub mod sandbox;
+pub mod schedule;
 pub mod telemetry;

@@ -19,6 +19,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Crds(args)) => crds::run(&args),
         Some(Command::Run(args)) => run(args).await,
+        Some(Command::Sandbox(args)) => caplv::sandbox::run(args).await,
         None => run(cli.run).await,
     };
     match result {
@@ -34,5 +35,5 @@ async fn main() -> ExitCode {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = app::connect(std::time::Duration::from_secs(args.api_timeout_seconds)).await?;
     let config = app::ManagerConfig::from_args(&args, client.default_namespace());
-    app::run(client, config, app::shutdown_on_signals()).await
+    app::run(client, config, app::Shared::new()?, app::shutdown_on_signals()).await
 }

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// Every metric the manager exports.
 #[derive(Clone, Debug)]
@@ -20,6 +20,14 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// Control plane endpoint probes by result (`reachable`, `unreachable`).
     pub endpoint_probes: IntCounterVec,
+    /// ScheduledMachines by phase.
+    pub scheduled_machines: IntGaugeVec,
+    /// ScheduledMachine phase changes.
+    pub phase_transitions: IntCounterVec,
+    /// Pod evictions while draining, by result (`evicted`, `blocked`, `gone`, `failed`).
+    pub evictions: IntCounterVec,
+    /// Seconds between a schedule edge and the reconcile that acted on it.
+    pub schedule_lag: Histogram,
 }
 
 impl Metrics {
@@ -54,6 +62,26 @@ impl Metrics {
             Opts::new("endpoint_probes_total", "Control plane endpoint probes by result"),
             &["result"],
         )?;
+        let scheduled_machines = IntGaugeVec::new(
+            Opts::new("scheduled_machines", "ScheduledMachines by phase"),
+            &["phase"],
+        )?;
+        let phase_transitions = IntCounterVec::new(
+            Opts::new("scheduled_machine_transitions_total", "ScheduledMachine phase changes"),
+            &["from", "to"],
+        )?;
+        let evictions = IntCounterVec::new(
+            Opts::new("evictions_total", "Pod evictions while draining, by result"),
+            &["result"],
+        )?;
+        let schedule_lag = Histogram::with_opts(
+            HistogramOpts::new("schedule_lag_seconds", "Delay between a schedule edge and acting on it")
+                .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0]),
+        )?;
+        registry.register(Box::new(scheduled_machines.clone()))?;
+        registry.register(Box::new(phase_transitions.clone()))?;
+        registry.register(Box::new(evictions.clone()))?;
+        registry.register(Box::new(schedule_lag.clone()))?;
         registry.register(Box::new(reconciliations.clone()))?;
         registry.register(Box::new(reconcile_errors.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
@@ -68,6 +96,10 @@ impl Metrics {
             controller_ready,
             leader,
             endpoint_probes,
+            scheduled_machines,
+            phase_transitions,
+            evictions,
+            schedule_lag,
         })
     }
 

@@ -78,7 +78,7 @@ mod tests {
             "defaults fill what the seed leaves out"
         );
 
-        let ignition: IgnitionConfig = parse(include_str!("../../examples/seed/ignitionconfig.yaml"));
+        let ignition: IgnitionConfig = parse(include_str!("../../examples/seed/reference/ignitionconfig.yaml"));
         assert_eq!(ignition.spec.secret_ref.key, "value");
 
         let sm: ScheduledMachine = parse(include_str!("../../examples/seed/05-scheduledmachine.yaml"));

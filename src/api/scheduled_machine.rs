@@ -38,9 +38,9 @@ const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
     ),
     printcolumn(
         name = "Next",
-        type_ = "date",
+        type_ = "string",
         json_path = ".status.nextTransition",
-        description = "When the window next opens or closes"
+        description = "When the window next opens or closes (UTC)"
     ),
     printcolumn(
         name = "Machine",
@@ -197,6 +197,22 @@ pub enum Phase {
     Error,
 }
 
+impl Phase {
+    /// The wire form of the phase.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Active => "Active",
+            Self::ShuttingDown => "ShuttingDown",
+            Self::Inactive => "Inactive",
+            Self::Disabled => "Disabled",
+            Self::Terminated => "Terminated",
+            Self::Error => "Error",
+        }
+    }
+}
+
 /// A reference to an object this ScheduledMachine created.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -253,6 +269,9 @@ pub struct ScheduledMachineStatus {
     /// Provider ID of the Machine.
     #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
     pub provider_id: Option<String>,
+    /// When the current graceful removal began; bounds draining and the whole removal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown_started_at: Option<Time>,
     /// `Ready`, `ScheduleValid`, `MachineReady`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

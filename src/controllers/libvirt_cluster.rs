@@ -324,12 +324,10 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             },
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let store = controller.store();
-    let metrics = ctx.metrics.clone();
+    let (store, metrics) = (controller.store(), ctx.metrics.clone());
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            readiness.mark_ready(NAME);
-            metrics.controller_ready.with_label_values(&[NAME]).set(1);
+        if super::wait_synced(&store).await {
+            super::mark_synced(NAME, &readiness, &metrics);
         }
     });
     controller

@@ -4,8 +4,11 @@
 //! ones that belong to the enabled families and returns when all have stopped.
 
 pub mod capi;
+pub mod kinds;
 #[cfg(feature = "caplv")]
 pub mod libvirt_cluster;
+#[cfg(feature = "fivespot")]
+pub mod scheduled_machine;
 mod status;
 
 use std::{sync::Arc, time::Duration};
@@ -13,11 +16,14 @@ use std::{sync::Arc, time::Duration};
 use kube::{
     Client, Resource,
     api::Api,
-    runtime::events::{Recorder, Reporter},
+    runtime::{
+        events::{Recorder, Reporter},
+        reflector::Store,
+    },
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{api::capi::CapiVersion, endpoint::EndpointProbe, health::Readiness, metrics::Metrics};
+use crate::{api::capi::CapiVersion, clock::Clock, endpoint::EndpointProbe, health::Readiness, metrics::Metrics};
 
 pub use status::{apply_status, publish_event};
 
@@ -73,7 +79,8 @@ impl Family {
     pub fn controllers(self) -> &'static [&'static str] {
         match self {
             Self::Caplv => &["libvirtcluster"],
-            Self::Ignition | Self::Fivespot => &[],
+            Self::Ignition => &[],
+            Self::Fivespot => &["scheduledmachine"],
         }
     }
 }
@@ -103,6 +110,10 @@ pub struct Context {
     pub probe: Arc<dyn EndpointProbe>,
     /// The Cluster API core version served by the cluster.
     pub capi: CapiVersion,
+    /// The clock schedules are evaluated against.
+    pub clock: Arc<dyn Clock>,
+    /// API resources of kinds named in specs, resolved once through discovery.
+    pub kinds: kinds::KindCache,
 }
 
 impl Context {
@@ -113,12 +124,14 @@ impl Context {
         settings: Settings,
         probe: Arc<dyn EndpointProbe>,
         capi: CapiVersion,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         let reporter = Reporter {
             controller: "caplv-manager".to_owned(),
             instance: std::env::var("POD_NAME").ok(),
         };
         let recorder = Recorder::new(client.clone(), reporter);
+        let kinds = kinds::KindCache::new(client.clone());
         Self {
             client,
             metrics,
@@ -126,6 +139,8 @@ impl Context {
             settings,
             probe,
             capi,
+            clock,
+            kinds,
         }
     }
 
@@ -139,6 +154,30 @@ impl Context {
             None => Api::all(self.client.clone()),
         }
     }
+}
+
+/// Wait until `store` has its first full list; false if its writer went away first.
+///
+/// `Store::wait_until_ready` wakes only the most recent of several concurrent waiters (the
+/// controller itself waits too), so this waits in short rounds, each of which re-registers.
+pub async fn wait_synced<K>(store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await {
+            Ok(Ok(())) => return true,
+            Ok(Err(_)) => return false,
+            Err(_) => {}
+        }
+    }
+}
+
+/// Record that `controller`'s caches have synced.
+pub fn mark_synced(controller: &'static str, readiness: &Readiness, metrics: &Metrics) {
+    readiness.mark_ready(controller);
+    metrics.controller_ready.with_label_values(&[controller]).set(1);
 }
 
 /// Run every controller of `families` until `shutdown` is cancelled, then let in-flight
@@ -157,9 +196,16 @@ pub async fn run_families(ctx: Arc<Context>, families: &[Family], readiness: Rea
                 readiness.clone(),
                 shutdown.clone(),
             ))),
+            #[cfg(feature = "fivespot")]
+            Family::Fivespot => tasks.push(tokio::spawn(scheduled_machine::run(
+                ctx.clone(),
+                readiness.clone(),
+                shutdown.clone(),
+            ))),
             _ => {}
         }
     }
+    readiness.settle();
     for task in tasks {
         if let Err(err) = task.await {
             tracing::error!(error = %err, "controller task ended abnormally");

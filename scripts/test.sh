@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run every check and test of the project: formatting, lints, unit, integration and system tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-debian.sh
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "== cargo test"
+cargo test --workspace --all-features

@@ -1,0 +1,365 @@
+//! ScheduledMachine controller (5-Spot): a CAPI Machine, with its bootstrap and infrastructure
+//! objects, that exists only while a schedule window is open.
+//!
+//! `finalizer → observe (spec validity, schedule at the injected clock, our objects, the Node)
+//! → decide (pure state machine, see [`plan`]) → act (one idempotent write) → status (only when
+//! changed)`. Reconciles are triggered by the ScheduledMachine, by our Machines (label
+//! `5spot.finos.org/scheduled-machine`), by their Nodes, and by a requeue at the next schedule
+//! edge or drain deadline; nothing polls.
+
+mod act;
+pub mod objects;
+mod observe;
+pub mod plan;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DynamicObject, Patch, PatchParams},
+    runtime::{
+        WatchStreamExt,
+        controller::{Action as Requeue, Controller},
+        events::EventType,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use self::plan::{Action, Decision, decide};
+use super::{Context, apply_status, mark_synced, publish_event, wait_synced};
+use crate::{
+    api::{
+        ScheduledMachine,
+        capi::{DecodeError, MachineView},
+        scheduled_machine::{Phase, ScheduledMachineStatus},
+    },
+    health::Readiness,
+    schedule::ScheduleError,
+};
+
+/// Controller name in metrics and logs.
+pub const NAME: &str = "scheduledmachine";
+const FIELD_MANAGER: &str = "caplv-manager/scheduledmachine";
+/// Finalizer that keeps a ScheduledMachine until its Machine is removed gracefully.
+pub const FINALIZER: &str = "5spot.finos.org/scheduled-machine";
+/// Annotation on a Node we cordoned, naming the ScheduledMachine, so only we uncordon it.
+pub const CORDONED_BY_ANNOTATION: &str = "5spot.finos.org/cordoned-by";
+
+/// Failures of one reconcile; the variants name the action that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading an object failed.
+    #[error("cannot read {what}: {source}")]
+    Read {
+        /// What was read.
+        what: String,
+        /// API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Creating an object failed.
+    #[error("cannot create {what}: {source}")]
+    Create {
+        /// What was created.
+        what: String,
+        /// API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Changing or deleting an object failed.
+    #[error("cannot update {what}: {source}")]
+    Write {
+        /// What was written.
+        what: String,
+        /// API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// An object with our name exists but is not ours.
+    #[error("{0:?} exists and was not created by this ScheduledMachine")]
+    NameConflict(String),
+    /// A kind named in the spec is not served.
+    #[error(transparent)]
+    Kind(#[from] super::kinds::Error),
+    /// A template did not form a valid object.
+    #[error("cannot build an object from the spec: {0}")]
+    Build(#[source] serde_json::Error),
+    /// The Machine has an unexpected shape.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// A duration in the spec is malformed (normally caught before acting).
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+}
+
+impl Error {
+    /// Bounded reason for metrics, events and logs.
+    #[must_use]
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "ReadFailed",
+            Self::Create { .. } => "CreateFailed",
+            Self::Write { .. } => "WriteFailed",
+            Self::NameConflict(_) => "NameConflict",
+            Self::Kind(_) => "KindNotServed",
+            Self::Build(_) => "InvalidTemplate",
+            Self::Decode(_) => "DecodeMachine",
+            Self::Schedule(_) => "InvalidDuration",
+        }
+    }
+}
+
+/// Controller state shared by reconciles.
+struct State {
+    ctx: Arc<Context>,
+    machines: Store<DynamicObject>,
+    /// Last phase per object, for the phase gauge.
+    phases: Mutex<HashMap<ObjectRef<ScheduledMachine>, Phase>>,
+}
+
+impl State {
+    fn record_phase(&self, key: ObjectRef<ScheduledMachine>, phase: Option<Phase>) {
+        let mut phases = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
+        match phase {
+            Some(p) => phases.insert(key, p),
+            None => phases.remove(&key),
+        };
+        let gauge = &self.ctx.metrics.scheduled_machines;
+        for p in [
+            Phase::Pending,
+            Phase::Active,
+            Phase::ShuttingDown,
+            Phase::Inactive,
+            Phase::Disabled,
+            Phase::Terminated,
+            Phase::Error,
+        ] {
+            let count = phases.values().filter(|v| **v == p).count();
+            gauge
+                .with_label_values(&[p.as_str()])
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+async fn reconcile(sm: Arc<ScheduledMachine>, state: Arc<State>) -> Result<Requeue, Error> {
+    let timer = state.ctx.metrics.reconcile_started(NAME);
+    let result = reconcile_inner(&sm, &state).await;
+    timer.finish(result.as_ref().err().map(Error::reason));
+    result
+}
+
+async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue, Error> {
+    let ctx = &state.ctx;
+    let api: Api<ScheduledMachine> = Api::namespaced(ctx.client.clone(), &sm.namespace().unwrap_or_default());
+    let deleting = sm.metadata.deletion_timestamp.is_some();
+    if !deleting && !sm.finalizers().iter().any(|f| f == FINALIZER) {
+        // The finalizer goes on before anything is created, so nothing can be orphaned.
+        let patch =
+            serde_json::json!({"metadata": {"finalizers": [FINALIZER], "resourceVersion": sm.resource_version()}});
+        api.patch(&sm.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(|source| Error::Write {
+                what: "finalizer".into(),
+                source,
+            })?;
+        return Ok(Requeue::await_change());
+    }
+    if deleting && !sm.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Requeue::await_change());
+    }
+
+    let seen = observe::observe(sm, ctx, &state.machines).await?;
+    let current = sm.status.clone().unwrap_or_default();
+    let decision = decide(&current, &seen);
+    act(sm, ctx, &decision).await?;
+
+    if decision.status != current {
+        if !deleting || !decision.release_finalizer {
+            apply_status(&api, &sm.name_any(), FIELD_MANAGER, &decision.status)
+                .await
+                .map_err(|source| Error::Write {
+                    what: "status".into(),
+                    source,
+                })?;
+        }
+        report_transition(sm, ctx, &current, &decision.status, seen.now).await;
+    }
+    state.record_phase(ObjectRef::from_obj(sm), decision.status.phase);
+
+    if decision.release_finalizer {
+        let remaining: Vec<&String> = sm.finalizers().iter().filter(|f| *f != FINALIZER).collect();
+        let patch =
+            serde_json::json!({"metadata": {"finalizers": remaining, "resourceVersion": sm.resource_version()}});
+        api.patch(&sm.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(|source| Error::Write {
+                what: "finalizer".into(),
+                source,
+            })?;
+        state.record_phase(ObjectRef::from_obj(sm), None);
+    }
+    Ok(decision.requeue.map_or_else(Requeue::await_change, |d| {
+        Requeue::requeue(d.max(Duration::from_millis(10)))
+    }))
+}
+
+async fn act(sm: &ScheduledMachine, ctx: &Context, decision: &Decision) -> Result<(), Error> {
+    match &decision.action {
+        Action::None => Ok(()),
+        Action::Create => act::create(sm, ctx).await,
+        Action::Uncordon { node } => act::uncordon(sm, ctx, node).await,
+        Action::Drain { node } => act::drain(sm, ctx, node).await,
+        Action::DeleteMachine { skip_drain } => act::delete_machine(sm, ctx, *skip_drain).await,
+        Action::DeleteLeftovers => act::delete_leftovers(sm, ctx).await,
+    }
+}
+
+/// Events, transition counts and schedule lag for a phase change.
+async fn report_transition(
+    sm: &ScheduledMachine,
+    ctx: &Context,
+    old: &ScheduledMachineStatus,
+    new: &ScheduledMachineStatus,
+    now: chrono::DateTime<chrono::Utc>,
+) {
+    let (Some(to), from) = (new.phase, old.phase) else {
+        return;
+    };
+    if from == Some(to) {
+        return;
+    }
+    let from_name = from.map_or("None", Phase::as_str);
+    ctx.metrics
+        .phase_transitions
+        .with_label_values(&[from_name, to.as_str()])
+        .inc();
+    if let Some(due) = old
+        .next_transition
+        .as_ref()
+        .and_then(|t| chrono::DateTime::from_timestamp_millis(t.0.as_millisecond()))
+        && due <= now
+    {
+        ctx.metrics
+            .schedule_lag
+            .observe((now - due).num_milliseconds() as f64 / 1000.0);
+    }
+    let type_ = if matches!(to, Phase::Error | Phase::Terminated) {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    let note = format!(
+        "{from_name} -> {}: {}",
+        to.as_str(),
+        new.message.as_deref().unwrap_or_default()
+    );
+    publish_event(
+        &ctx.recorder,
+        &sm.object_ref(&()),
+        type_,
+        to.as_str(),
+        "PhaseTransition",
+        note,
+    )
+    .await;
+}
+
+fn error_policy(_sm: Arc<ScheduledMachine>, err: &Error, state: Arc<State>) -> Requeue {
+    tracing::warn!(error = %err, reason = err.reason(), "reconcile failed");
+    Requeue::requeue(state.ctx.settings.error_requeue)
+}
+
+/// Run the controller until `shutdown` is cancelled.
+pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
+    let machines_api: Api<DynamicObject> = match &ctx.settings.watch_namespace {
+        Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ctx.capi.machine()),
+        None => Api::all_with(ctx.client.clone(), &ctx.capi.machine()),
+    };
+    let ours = watcher::Config::default().labels(objects::SCHEDULED_MACHINE_LABEL);
+
+    // A cache of our Machines: observe reads it instead of the API, and Node events map through it.
+    let writer = reflector::store::Writer::new(ctx.capi.machine());
+    let machines = writer.as_reader();
+    let cache = reflector::reflector(writer, watcher(machines_api.clone(), ours.clone()))
+        .applied_objects()
+        .take_until(shutdown.clone().cancelled_owned())
+        .for_each(|_| futures::future::ready(()));
+    tokio::spawn(cache);
+
+    let by_node = machines.clone();
+    let capi = ctx.capi;
+    let controller = Controller::new(ctx.watched_api::<ScheduledMachine>(), watcher::Config::default())
+        .watches_with(machines_api, ctx.capi.machine(), ours, |machine| {
+            let namespace = machine.namespace().unwrap_or_default();
+            machine
+                .labels()
+                .get(objects::SCHEDULED_MACHINE_LABEL)
+                .map(|owner| ObjectRef::<ScheduledMachine>::new(owner).within(&namespace))
+        })
+        .watches(
+            Api::<Node>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            move |node| {
+                let node_name = node.name_any();
+                by_node
+                    .state()
+                    .into_iter()
+                    .filter(|m| {
+                        MachineView::decode(m, capi).is_ok_and(|v| v.node_name.as_deref() == Some(node_name.as_str()))
+                    })
+                    .filter_map(|m| {
+                        let owner = m.labels().get(objects::SCHEDULED_MACHINE_LABEL)?.clone();
+                        Some(ObjectRef::<ScheduledMachine>::new(&owner).within(&m.namespace().unwrap_or_default()))
+                    })
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown.clone().cancelled_owned());
+
+    let synced = {
+        let machines = machines.clone();
+        let store = controller.store();
+        let readiness = readiness.clone();
+        let metrics = ctx.metrics.clone();
+        async move {
+            // Both caches must be full before the controller counts as ready.
+            if wait_synced(&machines).await && wait_synced(&store).await {
+                mark_synced(NAME, &readiness, &metrics);
+            }
+        }
+    };
+    tokio::spawn(synced);
+
+    let state = Arc::new(State {
+        ctx: ctx.clone(),
+        machines,
+        phases: Mutex::default(),
+    });
+    controller
+        .run(
+            |sm, state| {
+                let span = tracing::info_span!(
+                    "reconcile",
+                    kind = "ScheduledMachine",
+                    namespace = sm.namespace(),
+                    name = sm.name_any()
+                );
+                reconcile(sm, state).instrument(span)
+            },
+            error_policy,
+            state,
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    ctx.metrics.controller_ready.with_label_values(&[NAME]).set(0);
+}

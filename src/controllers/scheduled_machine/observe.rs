@@ -1,0 +1,211 @@
+//! Reading the world for one ScheduledMachine reconcile: the spec's validity, our Machine (from
+//! the watch cache), our bootstrap and infrastructure objects, and the Machine's Node.
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{
+    Api, ResourceExt,
+    api::{DynamicObject, ListParams},
+    runtime::reflector::{ObjectRef, Store},
+};
+
+use super::{
+    CORDONED_BY_ANNOTATION, Error,
+    objects::{self, SCHEDULED_MACHINE_LABEL},
+    plan::{MachineSeen, NodeSeen, Observed, Validity},
+};
+use crate::{
+    api::{
+        ScheduledMachine,
+        capi::MachineView,
+        scheduled_machine::{CreatedObjectReference, ScheduledMachineSpec},
+    },
+    controllers::Context,
+    schedule::{Schedule, parse_duration},
+};
+
+/// Annotation the kubelet puts on static (mirror) pods; a drain cannot evict them.
+const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Validate the spec and evaluate the schedule at `now`.
+#[must_use]
+pub fn validity(spec: &ScheduledMachineSpec, now: chrono::DateTime<chrono::Utc>) -> Validity {
+    let parsed = objects::validate(spec)
+        .map_err(|e| (e.reason(), e.to_string()))
+        .and_then(|()| Schedule::parse(&spec.schedule).map_err(|e| (e.reason(), format!("spec.{e}"))))
+        .and_then(|schedule| {
+            let drain = parse_duration("spec.nodeDrainTimeout", &spec.node_drain_timeout);
+            let graceful = parse_duration("spec.gracefulShutdownTimeout", &spec.graceful_shutdown_timeout);
+            match (drain, graceful) {
+                (Ok(d), Ok(g)) => Ok((schedule, d, g)),
+                (Err(e), _) | (_, Err(e)) => Err((e.reason(), e.to_string())),
+            }
+        });
+    match parsed {
+        Ok((schedule, drain_timeout, graceful_timeout)) => {
+            let evaluation = schedule.evaluate(now);
+            Validity::Valid {
+                active: evaluation.active,
+                next_transition: evaluation.next_transition,
+                drain_timeout,
+                graceful_timeout,
+            }
+        }
+        Err((reason, message)) => Validity::Invalid { reason, message },
+    }
+}
+
+/// Gather everything [`super::plan::decide`] needs.
+pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<DynamicObject>) -> Result<Observed, Error> {
+    let name = sm.name_any();
+    let namespace = sm.namespace().unwrap_or_default();
+    let now = ctx.clock.now();
+    let refs = objects::references(&name, &sm.spec, ctx.capi);
+    let mut validity = validity(&sm.spec, now);
+
+    let machine_ref = ObjectRef::new_with(&name, ctx.capi.machine()).within(&namespace);
+    let machine = match machines.get(&machine_ref) {
+        Some(obj) if is_ours(&obj, &name) => Some(MachineView::decode(&obj, ctx.capi)?),
+        Some(_) => {
+            validity = conflict(&refs.machine);
+            None
+        }
+        None => None,
+    };
+    let bootstrap_exists = match &refs.bootstrap {
+        Some(r) => exists_as_ours(ctx, &namespace, r, &name, &mut validity).await?,
+        None => false,
+    };
+    let infrastructure_exists = exists_as_ours(ctx, &namespace, &refs.infrastructure, &name, &mut validity).await?;
+
+    let wanted_active = matches!(validity, Validity::Valid { active: true, .. });
+    let node = match machine.as_ref().and_then(|m| m.node_name.clone()) {
+        Some(node_name) => node_seen(ctx, &node_name, &namespace, &name, wanted_active).await?,
+        None => None,
+    };
+    Ok(Observed {
+        now,
+        generation: sm.metadata.generation,
+        deleting: sm.metadata.deletion_timestamp.is_some(),
+        enabled: sm.spec.schedule.enabled,
+        kill_switch: sm.spec.kill_switch,
+        validity,
+        refs,
+        machine: machine.map(|m| MachineSeen {
+            deleting: m.deleting,
+            phase: m.phase,
+            node_name: m.node_name,
+            provider_id: m.provider_id,
+        }),
+        bootstrap_exists,
+        infrastructure_exists,
+        node,
+    })
+}
+
+/// Whether `obj` carries our label, i.e. was created (or adopted) for ScheduledMachine `name`.
+pub fn is_ours(obj: &DynamicObject, name: &str) -> bool {
+    obj.labels().get(SCHEDULED_MACHINE_LABEL).is_some_and(|v| v == name)
+}
+
+fn conflict(r: &CreatedObjectReference) -> Validity {
+    Validity::Invalid {
+        reason: "NameConflict",
+        message: format!(
+            "a {} named {:?} exists that this ScheduledMachine did not create (no {SCHEDULED_MACHINE_LABEL} label); rename one of them",
+            r.kind, r.name
+        ),
+    }
+}
+
+/// Whether the object `r` exists and is ours; one that exists but is not ours is a conflict.
+async fn exists_as_ours(
+    ctx: &Context,
+    namespace: &str,
+    r: &CreatedObjectReference,
+    name: &str,
+    validity: &mut Validity,
+) -> Result<bool, Error> {
+    let resource = match ctx.kinds.resolve(&r.api_version, &r.kind).await {
+        Ok(resource) => resource,
+        Err(err) => {
+            // A kind that is not installed cannot have objects; say so instead of failing.
+            *validity = Validity::Invalid {
+                reason: "KindNotServed",
+                message: err.to_string(),
+            };
+            return Ok(false);
+        }
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &resource);
+    match api.get_opt(&r.name).await.map_err(|source| Error::Read {
+        what: r.kind.clone(),
+        source,
+    })? {
+        Some(obj) if is_ours(&obj, name) => Ok(true),
+        Some(_) => {
+            *validity = conflict(r);
+            Ok(false)
+        }
+        None => Ok(false),
+    }
+}
+
+/// The Node and, when a drain may be needed, how many pods remain to evict.
+async fn node_seen(
+    ctx: &Context,
+    node_name: &str,
+    namespace: &str,
+    name: &str,
+    wanted_active: bool,
+) -> Result<Option<NodeSeen>, Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let Some(node) = nodes.get_opt(node_name).await.map_err(|source| Error::Read {
+        what: "Node".into(),
+        source,
+    })?
+    else {
+        return Ok(None);
+    };
+    let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+    let cordoned_by_us = node
+        .annotations()
+        .get(CORDONED_BY_ANNOTATION)
+        .is_some_and(|v| *v == format!("{namespace}/{name}"));
+    // Counting pods costs a list; only a shutdown needs it.
+    let pods_to_evict = if wanted_active {
+        0
+    } else {
+        evictable_pods(ctx, node_name).await?.len()
+    };
+    Ok(Some(NodeSeen {
+        name: node_name.to_owned(),
+        cordoned,
+        cordoned_by_us,
+        pods_to_evict,
+    }))
+}
+
+/// Pods on `node_name` that a drain must evict: not DaemonSet-managed, not mirror pods, not finished.
+pub async fn evictable_pods(ctx: &Context, node_name: &str) -> Result<Vec<Pod>, Error> {
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let params = ListParams::default().fields(&format!("spec.nodeName={node_name}"));
+    let list = pods.list(&params).await.map_err(|source| Error::Read {
+        what: "Pods".into(),
+        source,
+    })?;
+    Ok(list.items.into_iter().filter(must_evict).collect())
+}
+
+fn must_evict(pod: &Pod) -> bool {
+    let daemonset = pod
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "DaemonSet" && o.controller == Some(true));
+    let mirror = pod.annotations().contains_key(MIRROR_POD_ANNOTATION);
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    !(daemonset || mirror || finished)
+}

@@ -1,0 +1,394 @@
+//! The ScheduledMachine state machine: from what was observed to what to do next. Pure.
+//!
+//! ```text
+//!              window opens                     Machine exists
+//!  Inactive ───────────────► Pending ─────────────────────────► Active
+//!  Disabled ◄──┐                ▲                                  │ window closes, disabled,
+//!  Error    ◄──┤ nothing left   │ window reopens, Machine kept     │ invalid, or deleted
+//!              └── ShuttingDown ◄──────────────────────────────────┘
+//!  killSwitch: Terminated from anywhere (Machine deleted at once, no drain); off again resumes.
+//! ```
+//!
+//! No phase is sticky: each reconcile derives the phase from the spec and the world.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+
+use super::objects::CreatedRefs;
+use crate::api::{
+    condition::{self, DesiredCondition, Status},
+    scheduled_machine::{NodeReference, Phase, ScheduledMachineStatus},
+};
+
+/// Condition reporting whether the schedule (and the rest of the spec) is usable.
+pub const SCHEDULE_VALID: &str = "ScheduleValid";
+/// Condition reporting whether the Machine has joined as a Node.
+pub const MACHINE_READY: &str = "MachineReady";
+/// Drain and grace bound used when the spec's own cannot be read (the CRD's default).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// How often eviction is retried while a drain is blocked (e.g. by a PodDisruptionBudget).
+pub const DRAIN_RETRY: Duration = Duration::from_secs(5);
+
+/// The schedule evaluated now, or why it cannot be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Validity {
+    /// The spec is usable; the window state at `now`.
+    Valid {
+        /// Whether the window is open.
+        active: bool,
+        /// When that changes next, if ever.
+        next_transition: Option<DateTime<Utc>>,
+        /// Bound on draining the Node.
+        drain_timeout: Duration,
+        /// Bound on the whole graceful removal.
+        graceful_timeout: Duration,
+    },
+    /// The spec cannot be used.
+    Invalid {
+        /// Bounded reason.
+        reason: &'static str,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+}
+
+/// The Machine as observed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MachineSeen {
+    /// Being deleted.
+    pub deleting: bool,
+    /// CAPI phase.
+    pub phase: Option<String>,
+    /// Linked Node.
+    pub node_name: Option<String>,
+    /// Provider ID.
+    pub provider_id: Option<String>,
+}
+
+/// The Machine's Node as observed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeSeen {
+    /// Node name.
+    pub name: String,
+    /// `spec.unschedulable`.
+    pub cordoned: bool,
+    /// Whether we cordoned it (so only we uncordon it).
+    pub cordoned_by_us: bool,
+    /// Pods a drain still has to evict (DaemonSet and mirror pods excluded).
+    pub pods_to_evict: usize,
+}
+
+/// Everything observed for one reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// The instant of this reconcile (from the injected clock).
+    pub now: DateTime<Utc>,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// The ScheduledMachine is being deleted.
+    pub deleting: bool,
+    /// `spec.schedule.enabled`.
+    pub enabled: bool,
+    /// `spec.killSwitch`.
+    pub kill_switch: bool,
+    /// Schedule and spec validity.
+    pub validity: Validity,
+    /// What the objects are called.
+    pub refs: CreatedRefs,
+    /// Our Machine, if it exists.
+    pub machine: Option<MachineSeen>,
+    /// Whether our bootstrap config exists.
+    pub bootstrap_exists: bool,
+    /// Whether our infrastructure object exists.
+    pub infrastructure_exists: bool,
+    /// The Machine's Node, if linked and present.
+    pub node: Option<NodeSeen>,
+}
+
+/// What to do in this reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing; wait.
+    None,
+    /// Create whatever of bootstrap, infrastructure and Machine is missing (adopting existing ones).
+    Create,
+    /// The window reopened during shutdown: make the Node schedulable again.
+    Uncordon {
+        /// Node name.
+        node: String,
+    },
+    /// Cordon the Node and evict what can be evicted.
+    Drain {
+        /// Node name.
+        node: String,
+    },
+    /// Delete the Machine; CAPI removes infrastructure and bootstrap after it.
+    DeleteMachine {
+        /// Tell CAPI to skip its own drain (kill switch, or the grace period ran out).
+        skip_drain: bool,
+    },
+    /// Delete a bootstrap config and infrastructure object left without a Machine.
+    DeleteLeftovers,
+}
+
+/// The decision of one reconcile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// The write to make.
+    pub action: Action,
+    /// The status to record.
+    pub status: ScheduledMachineStatus,
+    /// When to look again (`None`: wait for a watch event).
+    pub requeue: Option<Duration>,
+    /// Deletion may complete: nothing is left.
+    pub release_finalizer: bool,
+}
+
+fn time(t: DateTime<Utc>) -> Option<Time> {
+    Timestamp::from_millisecond(t.timestamp_millis()).ok().map(Time)
+}
+
+fn chrono_of(t: &Time) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp_millis(t.0.as_millisecond())
+}
+
+fn until(now: DateTime<Utc>, then: DateTime<Utc>) -> Duration {
+    (then - now).to_std().unwrap_or(Duration::ZERO)
+}
+
+fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Decide what to do. `current` is the stored status.
+#[must_use]
+pub fn decide(current: &ScheduledMachineStatus, seen: &Observed) -> Decision {
+    let now = seen.now;
+    let (valid, active, next_transition, drain_timeout, graceful_timeout) = match &seen.validity {
+        Validity::Valid {
+            active,
+            next_transition,
+            drain_timeout,
+            graceful_timeout,
+        } => (true, *active, *next_transition, *drain_timeout, *graceful_timeout),
+        // An unusable spec may have unusable timeouts too: remove with the defaults.
+        Validity::Invalid { .. } => (false, false, None, DEFAULT_TIMEOUT, DEFAULT_TIMEOUT),
+    };
+    let wanted = !seen.deleting && !seen.kill_switch && seen.enabled && valid && active;
+    let anything_exists = seen.machine.is_some() || seen.bootstrap_exists || seen.infrastructure_exists;
+    let mut shutdown_started = None;
+    let mut requeue = None;
+
+    let (phase, action, message) = if wanted {
+        match &seen.machine {
+            None => (
+                Phase::Pending,
+                Action::Create,
+                "window open; creating the Machine".to_owned(),
+            ),
+            Some(m) if m.deleting => (
+                Phase::Pending,
+                Action::None,
+                "window open; waiting for the previous Machine to go".to_owned(),
+            ),
+            Some(_) => match &seen.node {
+                Some(node) if node.cordoned_by_us => (
+                    Phase::Active,
+                    Action::Uncordon {
+                        node: node.name.clone(),
+                    },
+                    "window reopened during shutdown; keeping the Machine".to_owned(),
+                ),
+                _ => (Phase::Active, Action::None, "window open; Machine exists".to_owned()),
+            },
+        }
+    } else if seen.kill_switch {
+        let action = match &seen.machine {
+            Some(m) if !m.deleting => Action::DeleteMachine { skip_drain: true },
+            None if seen.bootstrap_exists || seen.infrastructure_exists => Action::DeleteLeftovers,
+            _ => Action::None,
+        };
+        (
+            Phase::Terminated,
+            action,
+            "kill switch on; machine removed without draining".to_owned(),
+        )
+    } else if !anything_exists {
+        let (phase, message) = if seen.deleting {
+            (Phase::ShuttingDown, "deleted; nothing left to remove".to_owned())
+        } else if let Validity::Invalid { message, .. } = &seen.validity {
+            (Phase::Error, message.clone())
+        } else if !seen.enabled {
+            (Phase::Disabled, "schedule disabled".to_owned())
+        } else {
+            (Phase::Inactive, "outside the schedule window".to_owned())
+        };
+        (phase, Action::None, message)
+    } else {
+        let started = current.shutdown_started_at.as_ref().and_then(chrono_of).unwrap_or(now);
+        shutdown_started = Some(started);
+        let grace_deadline = started + chrono::Duration::from_std(graceful_timeout).unwrap_or(chrono::Duration::MAX);
+        let drain_deadline =
+            started + chrono::Duration::from_std(drain_timeout.min(graceful_timeout)).unwrap_or(chrono::Duration::MAX);
+        let why = if seen.deleting {
+            "deleted"
+        } else if !valid {
+            "spec invalid"
+        } else if !seen.enabled {
+            "schedule disabled"
+        } else {
+            "window closed"
+        };
+        let (action, message) = match (&seen.machine, &seen.node) {
+            (Some(m), Some(node))
+                if !m.deleting && now < drain_deadline && (node.pods_to_evict > 0 || !node.cordoned) =>
+            {
+                requeue = Some(DRAIN_RETRY.min(until(now, drain_deadline)));
+                (
+                    Action::Drain {
+                        node: node.name.clone(),
+                    },
+                    format!(
+                        "{why}; draining node {} ({} pods to evict)",
+                        node.name, node.pods_to_evict
+                    ),
+                )
+            }
+            (Some(m), _) if !m.deleting => (
+                Action::DeleteMachine {
+                    skip_drain: now >= grace_deadline,
+                },
+                format!("{why}; deleting the Machine"),
+            ),
+            (Some(_), _) => {
+                requeue = (now < grace_deadline).then(|| until(now, grace_deadline));
+                let skip = now >= grace_deadline;
+                let action = if skip {
+                    Action::DeleteMachine { skip_drain: true }
+                } else {
+                    Action::None
+                };
+                (action, format!("{why}; waiting for the Machine to be removed"))
+            }
+            (None, _) => (
+                Action::DeleteLeftovers,
+                format!("{why}; removing the bootstrap and infrastructure objects"),
+            ),
+        };
+        (Phase::ShuttingDown, action, message)
+    };
+
+    if valid && !seen.deleting {
+        requeue = earliest(requeue, next_transition.map(|t| until(now, t)));
+    }
+    let release_finalizer = seen.deleting && !anything_exists;
+    let status = build_status(
+        current,
+        seen,
+        phase,
+        message,
+        shutdown_started,
+        next_transition,
+        active,
+        valid,
+    );
+    Decision {
+        action,
+        status,
+        requeue,
+        release_finalizer,
+    }
+}
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site; the arguments are the decision's parts"
+)]
+fn build_status(
+    current: &ScheduledMachineStatus,
+    seen: &Observed,
+    phase: Phase,
+    message: String,
+    shutdown_started: Option<DateTime<Utc>>,
+    next_transition: Option<DateTime<Utc>>,
+    active: bool,
+    valid: bool,
+) -> ScheduledMachineStatus {
+    let now_time = time(seen.now).unwrap_or(Time(Timestamp::UNIX_EPOCH));
+    let machine_running = seen
+        .machine
+        .as_ref()
+        .is_some_and(|m| !m.deleting && m.phase.as_deref() == Some("Running"));
+    let schedule_condition = match &seen.validity {
+        Validity::Valid { .. } => DesiredCondition::new(SCHEDULE_VALID, Status::True, "ScheduleValid", ""),
+        Validity::Invalid { reason, message } => {
+            DesiredCondition::new(SCHEDULE_VALID, Status::False, reason, message.clone())
+        }
+    };
+    let machine_condition = match &seen.machine {
+        None => DesiredCondition::new(MACHINE_READY, Status::False, "NoMachine", "no Machine exists"),
+        Some(m) if m.deleting => DesiredCondition::new(
+            MACHINE_READY,
+            Status::False,
+            "MachineDeleting",
+            "the Machine is being deleted",
+        ),
+        Some(_) if machine_running => DesiredCondition::new(
+            MACHINE_READY,
+            Status::True,
+            "MachineRunning",
+            "the Machine's Node has joined",
+        ),
+        Some(m) => DesiredCondition::new(
+            MACHINE_READY,
+            Status::False,
+            "MachineNotRunning",
+            format!("Machine phase {}", m.phase.as_deref().unwrap_or("unknown")),
+        ),
+    };
+    let ready = if phase == Phase::Active && machine_running {
+        DesiredCondition::new(condition::READY, Status::True, "Active", message.clone())
+    } else {
+        DesiredCondition::new(condition::READY, Status::False, phase.as_str(), message.clone())
+    };
+    let conditions = condition::merge_all(
+        &current.conditions,
+        &[ready, schedule_condition, machine_condition],
+        &now_time,
+        seen.generation,
+    );
+    let exists = |present: bool, r: &crate::api::scheduled_machine::CreatedObjectReference| present.then(|| r.clone());
+    let next = next_transition.and_then(time);
+    ScheduledMachineStatus {
+        phase: Some(phase),
+        message: Some(message),
+        in_schedule: valid.then_some(active),
+        next_activation: if active { None } else { next.clone() },
+        next_cleanup: if active { next.clone() } else { None },
+        next_transition: next,
+        machine_ref: exists(seen.machine.is_some(), &seen.refs.machine),
+        bootstrap_ref: seen
+            .refs
+            .bootstrap
+            .as_ref()
+            .and_then(|r| exists(seen.bootstrap_exists, r)),
+        infrastructure_ref: exists(seen.infrastructure_exists, &seen.refs.infrastructure),
+        node_ref: seen
+            .machine
+            .as_ref()
+            .and_then(|m| m.node_name.clone())
+            .map(|name| NodeReference { name }),
+        provider_id: seen.machine.as_ref().and_then(|m| m.provider_id.clone()),
+        shutdown_started_at: shutdown_started.and_then(time),
+        conditions,
+        observed_generation: seen.generation,
+    }
+}
+
+#[cfg(test)]
+mod tests;

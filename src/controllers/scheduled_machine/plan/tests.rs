@@ -1,0 +1,274 @@
+use super::*;
+use crate::api::{ScheduledMachine, capi::CapiVersion};
+
+fn at(s: &str) -> DateTime<Utc> {
+    s.parse().unwrap()
+}
+
+fn refs() -> CreatedRefs {
+    let sm: ScheduledMachine =
+        serde_yaml::from_str(include_str!("../../../../examples/seed/05-scheduledmachine.yaml")).unwrap();
+    super::super::objects::references("w", &sm.spec, CapiVersion::V1beta1)
+}
+
+fn valid(active: bool) -> Validity {
+    Validity::Valid {
+        active,
+        next_transition: Some(at("2026-12-01T17:00:00Z")),
+        drain_timeout: Duration::from_secs(300),
+        graceful_timeout: Duration::from_secs(600),
+    }
+}
+
+fn observed(active: bool) -> Observed {
+    Observed {
+        now: at("2026-12-01T16:00:00Z"),
+        generation: Some(1),
+        deleting: false,
+        enabled: true,
+        kill_switch: false,
+        validity: valid(active),
+        refs: refs(),
+        machine: None,
+        bootstrap_exists: false,
+        infrastructure_exists: false,
+        node: None,
+    }
+}
+
+fn with_machine(mut o: Observed, phase: &str) -> Observed {
+    o.machine = Some(MachineSeen {
+        phase: Some(phase.into()),
+        node_name: Some("w".into()),
+        ..MachineSeen::default()
+    });
+    o.bootstrap_exists = true;
+    o.infrastructure_exists = true;
+    o
+}
+
+fn node(pods: usize, cordoned: bool, by_us: bool) -> Option<NodeSeen> {
+    Some(NodeSeen {
+        name: "w".into(),
+        cordoned,
+        cordoned_by_us: by_us,
+        pods_to_evict: pods,
+    })
+}
+
+fn reason(status: &ScheduledMachineStatus, type_: &str) -> String {
+    condition::find(&status.conditions, type_).unwrap().reason.clone()
+}
+
+#[test]
+fn window_open_without_machine_creates_and_requeues_at_the_close() {
+    let d = decide(&ScheduledMachineStatus::default(), &observed(true));
+    assert_eq!(d.action, Action::Create);
+    assert_eq!(d.status.phase, Some(Phase::Pending));
+    assert_eq!(d.status.in_schedule, Some(true));
+    assert_eq!(d.requeue, Some(Duration::from_secs(3600)));
+    assert_eq!(d.status.next_cleanup, d.status.next_transition);
+    assert!(d.status.next_activation.is_none());
+    assert_eq!(reason(&d.status, SCHEDULE_VALID), "ScheduleValid");
+    assert_eq!(reason(&d.status, MACHINE_READY), "NoMachine");
+}
+
+#[test]
+fn running_machine_is_active_and_ready() {
+    let d = decide(
+        &ScheduledMachineStatus::default(),
+        &with_machine(observed(true), "Running"),
+    );
+    assert_eq!(d.action, Action::None);
+    assert_eq!(d.status.phase, Some(Phase::Active));
+    assert!(condition::is_true(&d.status.conditions, condition::READY));
+    assert_eq!(d.status.node_ref.unwrap().name, "w");
+    assert_eq!(d.status.machine_ref.unwrap().name, "w");
+}
+
+#[test]
+fn window_closed_with_nothing_is_inactive_and_sleeps_until_it_opens() {
+    let d = decide(&ScheduledMachineStatus::default(), &observed(false));
+    assert_eq!((d.action, d.status.phase), (Action::None, Some(Phase::Inactive)));
+    assert_eq!(d.status.next_activation, d.status.next_transition);
+    assert_eq!(d.requeue, Some(Duration::from_secs(3600)));
+    assert!(d.status.machine_ref.is_none());
+}
+
+#[test]
+fn window_closed_drains_then_deletes_within_the_drain_timeout() {
+    let mut o = with_machine(observed(false), "Running");
+    o.node = node(3, false, false);
+    let d = decide(&ScheduledMachineStatus::default(), &o);
+    assert_eq!(d.action, Action::Drain { node: "w".into() });
+    assert_eq!(d.status.phase, Some(Phase::ShuttingDown));
+    assert_eq!(d.requeue, Some(DRAIN_RETRY));
+    let started = d.status.shutdown_started_at.clone().unwrap();
+
+    // Still blocked 4 minutes later: keep draining; the start time is kept.
+    o.now = at("2026-12-01T16:04:00Z");
+    let d = decide(&d.status, &o);
+    assert_eq!(d.action, Action::Drain { node: "w".into() });
+    assert_eq!(d.status.shutdown_started_at, Some(started));
+
+    // Past nodeDrainTimeout (5m): delete the Machine anyway; CAPI's own drain still applies.
+    o.now = at("2026-12-01T16:05:00Z");
+    let d = decide(&d.status, &o);
+    assert_eq!(d.action, Action::DeleteMachine { skip_drain: false });
+
+    // Drained before the timeout: delete at once.
+    let mut o = with_machine(observed(false), "Running");
+    o.node = node(0, true, true);
+    assert_eq!(
+        decide(&ScheduledMachineStatus::default(), &o).action,
+        Action::DeleteMachine { skip_drain: false }
+    );
+}
+
+#[test]
+fn grace_period_exhausted_tells_capi_to_skip_its_drain() {
+    let mut o = with_machine(observed(false), "Deleting");
+    o.machine.as_mut().unwrap().deleting = true;
+    let d = decide(&ScheduledMachineStatus::default(), &o);
+    assert_eq!(d.action, Action::None);
+    assert_eq!(d.requeue, Some(Duration::from_secs(600)));
+    o.now = at("2026-12-01T16:10:00Z");
+    let d = decide(&d.status, &o);
+    assert_eq!(d.action, Action::DeleteMachine { skip_drain: true });
+}
+
+#[test]
+fn leftovers_without_a_machine_are_removed_then_inactive() {
+    let mut o = observed(false);
+    o.infrastructure_exists = true;
+    let d = decide(&ScheduledMachineStatus::default(), &o);
+    assert_eq!(
+        (d.action, d.status.phase),
+        (Action::DeleteLeftovers, Some(Phase::ShuttingDown))
+    );
+    assert!(d.status.infrastructure_ref.is_some());
+    o.infrastructure_exists = false;
+    let d = decide(&d.status, &o);
+    assert_eq!(d.status.phase, Some(Phase::Inactive));
+    assert!(d.status.shutdown_started_at.is_none());
+}
+
+#[test]
+fn reopening_during_shutdown_uncordons_and_goes_back_to_active() {
+    let mut o = with_machine(observed(true), "Running");
+    o.node = node(0, true, true);
+    let shutting = ScheduledMachineStatus {
+        phase: Some(Phase::ShuttingDown),
+        ..Default::default()
+    };
+    let d = decide(&shutting, &o);
+    assert_eq!(d.action, Action::Uncordon { node: "w".into() });
+    assert_eq!(d.status.phase, Some(Phase::Active));
+    assert!(d.status.shutdown_started_at.is_none());
+    // A node cordoned by someone else is left alone.
+    o.node = node(0, true, false);
+    assert_eq!(decide(&shutting, &o).action, Action::None);
+}
+
+#[test]
+fn kill_switch_deletes_without_drain_and_is_not_sticky() {
+    let mut o = with_machine(observed(true), "Running");
+    o.node = node(5, false, false);
+    o.kill_switch = true;
+    let d = decide(&ScheduledMachineStatus::default(), &o);
+    assert_eq!(
+        (d.action.clone(), d.status.phase),
+        (Action::DeleteMachine { skip_drain: true }, Some(Phase::Terminated))
+    );
+    let mut gone = observed(true);
+    gone.kill_switch = true;
+    let d = decide(&d.status, &gone);
+    assert_eq!((d.action, d.status.phase), (Action::None, Some(Phase::Terminated)));
+    assert_eq!(
+        d.status.message.as_deref(),
+        Some("kill switch on; machine removed without draining")
+    );
+    gone.kill_switch = false;
+    let d = decide(&d.status, &gone);
+    assert_eq!((d.action, d.status.phase), (Action::Create, Some(Phase::Pending)));
+}
+
+#[test]
+fn disabled_removes_gracefully_then_rests() {
+    let mut o = with_machine(observed(true), "Running");
+    o.enabled = false;
+    let d = decide(&ScheduledMachineStatus::default(), &o);
+    assert_eq!(
+        (d.action, d.status.phase),
+        (Action::DeleteMachine { skip_drain: false }, Some(Phase::ShuttingDown))
+    );
+    assert!(d.status.message.unwrap().starts_with("schedule disabled"));
+    let mut o = observed(true);
+    o.enabled = false;
+    assert_eq!(
+        decide(&ScheduledMachineStatus::default(), &o).status.phase,
+        Some(Phase::Disabled)
+    );
+}
+
+#[test]
+fn invalid_spec_is_an_error_condition_that_removes_an_active_machine_and_recovers() {
+    let invalid = Validity::Invalid {
+        reason: "InvalidTimezone",
+        message: "spec.schedule.timezone: unknown time zone \"Mars/Base\"".into(),
+    };
+    let mut o = with_machine(observed(true), "Running");
+    o.validity = invalid.clone();
+    let d = decide(&ScheduledMachineStatus::default(), &o);
+    assert_eq!(
+        (d.action, d.status.phase),
+        (Action::DeleteMachine { skip_drain: false }, Some(Phase::ShuttingDown))
+    );
+    assert_eq!(reason(&d.status, SCHEDULE_VALID), "InvalidTimezone");
+    assert_eq!(d.status.in_schedule, None);
+
+    let mut o = observed(true);
+    o.validity = invalid;
+    let d = decide(&ScheduledMachineStatus::default(), &o);
+    assert_eq!(
+        (d.action.clone(), d.status.phase, d.requeue),
+        (Action::None, Some(Phase::Error), None),
+        "no hot loop"
+    );
+    let fixed = decide(&d.status, &observed(true));
+    assert_eq!(fixed.status.phase, Some(Phase::Pending));
+    assert_eq!(reason(&fixed.status, SCHEDULE_VALID), "ScheduleValid");
+}
+
+#[test]
+fn deletion_removes_gracefully_and_releases_the_finalizer_when_nothing_is_left() {
+    let mut o = with_machine(observed(true), "Running");
+    o.deleting = true;
+    let d = decide(&ScheduledMachineStatus::default(), &o);
+    assert_eq!(d.action, Action::DeleteMachine { skip_drain: false });
+    assert!(!d.release_finalizer);
+    let mut gone = observed(true);
+    gone.deleting = true;
+    let d = decide(&d.status, &gone);
+    assert!(d.release_finalizer);
+    assert_eq!(d.requeue, None);
+}
+
+#[test]
+fn a_machine_still_deleting_when_the_window_reopens_is_awaited_before_recreating() {
+    let mut o = with_machine(observed(true), "Deleting");
+    o.machine.as_mut().unwrap().deleting = true;
+    let d = decide(&ScheduledMachineStatus::default(), &o);
+    assert_eq!((d.action, d.status.phase), (Action::None, Some(Phase::Pending)));
+    assert_eq!(reason(&d.status, MACHINE_READY), "MachineDeleting");
+}
+
+#[test]
+fn the_same_world_twice_gives_the_same_status() {
+    let o = with_machine(observed(true), "Running");
+    let first = decide(&ScheduledMachineStatus::default(), &o);
+    let mut later = o.clone();
+    later.now = at("2026-12-01T16:30:00Z");
+    let second = decide(&first.status, &later);
+    assert_eq!(first.status, second.status, "status written only when it changes");
+}

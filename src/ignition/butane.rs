@@ -1,0 +1,1056 @@
+//! A Butane subset, translated to Ignition JSON.
+//!
+//! Supported (field names as in Butane):
+//! - `variant`/`version`: see [`BUTANE_VERSIONS`]; the output's `ignition.version` is the spec the
+//!   real Butane emits for that pair;
+//! - `metadata` (openshift only, and required there as Butane requires it): `name` and `labels`,
+//!   which must include `machineconfiguration.openshift.io/role`. They are checked, not emitted:
+//!   the output is raw Ignition (`butane --raw`), not a MachineConfig;
+//! - `storage.files[]`: `path`, `mode`, `overwrite`, `user`/`group` (`id`, `name`), `contents` and
+//!   `append[]` with either `inline` (encoded as a data URL, gzip-compressed when that is shorter,
+//!   as Butane does) or `source` (+ `compression`, `verification.hash`);
+//! - `storage.directories[]`: `path`, `mode`, `overwrite`, `user`, `group`;
+//! - `storage.links[]`: `path`, `target`, `hard`, `overwrite`, `user`, `group`;
+//! - `systemd.units[]`: `name`, `enabled`, `mask`, `contents`, `dropins[]` (`name`, `contents`);
+//! - `passwd.users[]`: `name`, `uid`, `password_hash`, `ssh_authorized_keys`, `gecos`, `home_dir`,
+//!   `no_create_home`, `primary_group`, `groups`, `no_user_group`, `no_log_init`, `shell`, `system`;
+//! - `passwd.groups[]`: `name`, `gid`, `password_hash`, `system`.
+//!
+//! Any other field is an [`Error::UnsupportedButaneField`] naming its path
+//! (`storage.filesystems[0]` for a list of objects, else the key: `systemd.units[1].contents_local`,
+//! `ignition`); a field whose value is
+//! `null` or an empty list is ignored, as it means nothing. The openshift rules Butane applies are
+//! kept: `contents.source` must be a `data:` URL, and openshift 4.8.0/4.9.0 have no compression.
+//!
+//! YAML details: `mode: 0644` is octal, as in Butane (YAML 1.1 integers; `serde_yaml` reads it as
+//! the string `"0644"`, which is converted here); `0o644` and decimal `420` work too. Booleans
+//! accept the YAML 1.1 spellings (`yes`, `on`, …) Butane's YAML library accepts for boolean fields.
+//!
+//! Limits: no `*_local` fields (there is no files directory), no `ignition` section (merge, TLS), no
+//! disks/filesystems/RAID/LUKS, `kernel_arguments`, `boot_device`, `grub`, `openshift` extensions.
+//! Paths must be absolute and unique across files, directories and links; unit names unique.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+use serde_yaml::Value as Yaml;
+
+use super::dataurl;
+use super::error::{Error, echoable_version, safe_key};
+use super::validate::{check_size, validate_unbounded};
+
+/// `(variant, Butane version, Ignition spec version)`, as published by Butane.
+pub const BUTANE_VERSIONS: [(&str, &str, &str); 23] = [
+    ("fcos", "1.0.0", "3.0.0"),
+    ("fcos", "1.1.0", "3.1.0"),
+    ("fcos", "1.2.0", "3.2.0"),
+    ("fcos", "1.3.0", "3.2.0"),
+    ("fcos", "1.4.0", "3.3.0"),
+    ("fcos", "1.5.0", "3.4.0"),
+    ("fcos", "1.6.0", "3.5.0"),
+    ("fcos", "1.7.0", "3.6.0"),
+    ("openshift", "4.8.0", "3.2.0"),
+    ("openshift", "4.9.0", "3.2.0"),
+    ("openshift", "4.10.0", "3.2.0"),
+    ("openshift", "4.11.0", "3.2.0"),
+    ("openshift", "4.12.0", "3.2.0"),
+    ("openshift", "4.13.0", "3.2.0"),
+    ("openshift", "4.14.0", "3.4.0"),
+    ("openshift", "4.15.0", "3.4.0"),
+    ("openshift", "4.16.0", "3.4.0"),
+    ("openshift", "4.17.0", "3.4.0"),
+    ("openshift", "4.18.0", "3.4.0"),
+    ("openshift", "4.19.0", "3.5.0"),
+    ("openshift", "4.20.0", "3.5.0"),
+    ("openshift", "4.21.0", "3.5.0"),
+    ("openshift", "4.22.0", "3.6.0"),
+];
+
+/// The label every openshift Butane config must carry in `metadata.labels`.
+pub const OPENSHIFT_ROLE_LABEL: &str = "machineconfiguration.openshift.io/role";
+
+/// The Ignition spec version Butane emits for `variant`/`version`.
+#[must_use]
+pub fn ignition_version_for(variant: &str, version: &str) -> Option<&'static str> {
+    BUTANE_VERSIONS
+        .iter()
+        .find(|(v, b, _)| *v == variant && *b == version)
+        .map(|(_, _, i)| *i)
+}
+
+/// A translated Butane config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Translated {
+    /// Ignition JSON (compact).
+    pub json: Vec<u8>,
+    /// Its Ignition spec version.
+    pub version: String,
+}
+
+/// Translates a Butane YAML document (see the module docs for the subset).
+pub fn translate(yaml: &[u8]) -> Result<Translated, Error> {
+    check_size(yaml)?;
+    let doc: Yaml = serde_yaml::from_slice(yaml).map_err(|e| {
+        let location = e.location().map_or_else(
+            || "the document".to_owned(),
+            |l| format!("line {} column {}", l.line(), l.column()),
+        );
+        Error::butane(location, "not a valid single YAML document")
+    })?;
+    let top = fields(
+        &doc,
+        "",
+        &["variant", "version", "metadata", "storage", "systemd", "passwd"],
+    )?;
+    let variant = req_str(&top, "", "variant")?;
+    let version = req_str(&top, "", "version")?;
+    let Some(ign_version) = ignition_version_for(&variant, &version) else {
+        let safe_variant = (!variant.is_empty()
+            && variant.len() <= 16
+            && variant.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()))
+        .then(|| variant.clone());
+        return Err(Error::UnsupportedButaneVersion {
+            variant: safe_variant.unwrap_or_else(|| "?".into()),
+            version: echoable_version(&version).unwrap_or_else(|| "?".into()),
+        });
+    };
+    let openshift = variant == "openshift";
+    let ctx = Ctx {
+        openshift,
+        allow_gzip: !(openshift && matches!(version.as_str(), "4.8.0" | "4.9.0")),
+    };
+    if openshift {
+        check_metadata(top.get("metadata").copied())?;
+    } else if top.contains_key("metadata") {
+        return Err(unsupported("metadata", top.get("metadata").copied()));
+    }
+    let mut out = Map::new();
+    out.insert("ignition".into(), json!({ "version": ign_version }));
+    if let Some(storage) = top.get("storage") {
+        let s = ctx.storage(storage)?;
+        if !s.is_empty() {
+            out.insert("storage".into(), Value::Object(s));
+        }
+    }
+    if let Some(systemd) = top.get("systemd") {
+        let units = systemd_units(systemd)?;
+        if !units.is_empty() {
+            out.insert("systemd".into(), json!({ "units": units }));
+        }
+    }
+    if let Some(passwd) = top.get("passwd") {
+        let p = passwd_section(passwd)?;
+        if !p.is_empty() {
+            out.insert("passwd".into(), Value::Object(p));
+        }
+    }
+    let value = Value::Object(out);
+    let json = serde_json::to_vec(&value).map_err(|_| Error::butane("the document", "could not serialise"))?;
+    let (validated, _) = validate_unbounded(&json)?;
+    Ok(Translated {
+        json,
+        version: validated.version,
+    })
+}
+
+struct Ctx {
+    openshift: bool,
+    allow_gzip: bool,
+}
+
+type Fields<'a> = BTreeMap<String, &'a Yaml>;
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn unsupported(field: &str, value: Option<&Yaml>) -> Error {
+    let field = match value {
+        Some(Yaml::Sequence(s)) if s.first().is_some_and(Yaml::is_mapping) => format!("{field}[0]"),
+        _ => field.to_owned(),
+    };
+    Error::UnsupportedButaneField { field }
+}
+
+fn is_empty(v: &Yaml) -> bool {
+    match v {
+        Yaml::Null => true,
+        Yaml::Sequence(s) => s.is_empty(),
+        _ => false,
+    }
+}
+
+/// The mapping at `path`, keyed by string, with every key checked against `allowed`. Null values
+/// are dropped.
+fn fields<'a>(v: &'a Yaml, path: &str, allowed: &[&str]) -> Result<Fields<'a>, Error> {
+    let Yaml::Mapping(map) = v else {
+        let at = if path.is_empty() { "the document" } else { path };
+        return Err(Error::butane(at, "expected a mapping"));
+    };
+    let mut out = Fields::new();
+    for (k, val) in map {
+        let Yaml::String(key) = k else {
+            return Err(Error::butane(
+                if path.is_empty() { "the document" } else { path },
+                "keys must be strings",
+            ));
+        };
+        let field = join(path, &safe_key(key));
+        if !allowed.contains(&key.as_str()) {
+            if is_empty(val) {
+                continue;
+            }
+            return Err(unsupported(&field, Some(val)));
+        }
+        if !val.is_null() {
+            out.insert(key.clone(), val);
+        }
+    }
+    Ok(out)
+}
+
+fn string(v: &Yaml, field: &str) -> Result<String, Error> {
+    match v {
+        Yaml::String(s) => Ok(s.clone()),
+        _ => Err(Error::butane(field, "expected a string")),
+    }
+}
+
+fn req_str(f: &Fields<'_>, path: &str, key: &str) -> Result<String, Error> {
+    let field = join(path, key);
+    let s = f.get(key).map(|v| string(v, &field)).transpose()?.unwrap_or_default();
+    if s.is_empty() {
+        return Err(Error::butane(field, "required"));
+    }
+    Ok(s)
+}
+
+fn opt_str(f: &Fields<'_>, path: &str, key: &str) -> Result<Option<String>, Error> {
+    f.get(key).map(|v| string(v, &join(path, key))).transpose()
+}
+
+fn opt_bool(f: &Fields<'_>, path: &str, key: &str) -> Result<Option<bool>, Error> {
+    let field = join(path, key);
+    f.get(key)
+        .map(|v| match v {
+            Yaml::Bool(b) => Ok(*b),
+            Yaml::String(s) => match s.as_str() {
+                "true" | "True" | "TRUE" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" | "y" | "Y" => Ok(true),
+                "false" | "False" | "FALSE" | "no" | "No" | "NO" | "off" | "Off" | "OFF" | "n" | "N" => Ok(false),
+                _ => Err(Error::butane(&field, "expected a boolean")),
+            },
+            _ => Err(Error::butane(&field, "expected a boolean")),
+        })
+        .transpose()
+}
+
+fn opt_int(f: &Fields<'_>, path: &str, key: &str) -> Result<Option<i64>, Error> {
+    let field = join(path, key);
+    f.get(key)
+        .map(|v| match v {
+            Yaml::Number(n) => n.as_i64().ok_or_else(|| Error::butane(&field, "expected an integer")),
+            _ => Err(Error::butane(&field, "expected an integer")),
+        })
+        .transpose()
+}
+
+fn opt_mode(f: &Fields<'_>, path: &str) -> Result<Option<u32>, Error> {
+    let field = join(path, "mode");
+    let bad = || {
+        Error::butane(
+            &field,
+            "expected a file mode such as 0644 (octal) or 420 (decimal), at most 07777",
+        )
+    };
+    f.get("mode")
+        .map(|v| {
+            let n = match v {
+                Yaml::Number(n) => n.as_u64().ok_or_else(bad)?,
+                Yaml::String(s) if s.len() > 1 && s.starts_with('0') => {
+                    u64::from_str_radix(&s[1..], 8).map_err(|_| bad())?
+                }
+                _ => return Err(bad()),
+            };
+            u32::try_from(n).ok().filter(|m| *m <= 0o7777).ok_or_else(bad)
+        })
+        .transpose()
+}
+
+fn opt_list<'a>(f: &Fields<'a>, path: &str, key: &str) -> Result<&'a [Yaml], Error> {
+    match f.get(key) {
+        None => Ok(&[]),
+        Some(Yaml::Sequence(s)) => Ok(s.as_slice()),
+        Some(_) => Err(Error::butane(join(path, key), "expected a list")),
+    }
+}
+
+fn opt_str_list(f: &Fields<'_>, path: &str, key: &str) -> Result<Option<Vec<Value>>, Error> {
+    let list = opt_list(f, path, key)?;
+    if list.is_empty() {
+        return Ok(None);
+    }
+    let field = join(path, key);
+    list.iter()
+        .enumerate()
+        .map(|(i, v)| string(v, &format!("{field}[{i}]")).map(Value::from))
+        .collect::<Result<_, _>>()
+        .map(Some)
+}
+
+/// Copies the given optional fields into `out` under their Ignition names.
+fn copy_opt(
+    out: &mut Map<String, Value>,
+    f: &Fields<'_>,
+    path: &str,
+    spec: &[(&str, &str, Kind)],
+) -> Result<(), Error> {
+    for (butane, ignition, kind) in spec {
+        let v = match kind {
+            Kind::Str => opt_str(f, path, butane)?.map(Value::from),
+            Kind::Bool => opt_bool(f, path, butane)?.map(Value::from),
+            Kind::Int => opt_int(f, path, butane)?.map(Value::from),
+            Kind::StrList => opt_str_list(f, path, butane)?.map(Value::Array),
+        };
+        if let Some(v) = v {
+            out.insert((*ignition).to_owned(), v);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Str,
+    Bool,
+    Int,
+    StrList,
+}
+
+fn check_metadata(meta: Option<&Yaml>) -> Result<(), Error> {
+    let Some(meta) = meta else {
+        return Err(Error::butane(
+            "metadata",
+            "required for variant openshift (name and labels)",
+        ));
+    };
+    let m = fields(meta, "metadata", &["name", "labels"])?;
+    req_str(&m, "metadata", "name")?;
+    let Some(labels) = m.get("labels") else {
+        return Err(Error::butane(
+            "metadata.labels",
+            format!("required, with {OPENSHIFT_ROLE_LABEL}"),
+        ));
+    };
+    let Yaml::Mapping(labels) = labels else {
+        return Err(Error::butane("metadata.labels", "expected a mapping"));
+    };
+    let mut role = false;
+    for (k, v) in labels {
+        let Yaml::String(k) = k else {
+            return Err(Error::butane("metadata.labels", "keys must be strings"));
+        };
+        let value = string(v, &format!("metadata.labels.{}", safe_key(k)))?;
+        role |= k == OPENSHIFT_ROLE_LABEL && !value.is_empty();
+    }
+    if !role {
+        return Err(Error::butane(
+            format!("metadata.labels.{OPENSHIFT_ROLE_LABEL}"),
+            "required",
+        ));
+    }
+    Ok(())
+}
+
+impl Ctx {
+    fn storage(&self, v: &Yaml) -> Result<Map<String, Value>, Error> {
+        let s = fields(v, "storage", &["files", "directories", "links"])?;
+        let mut out = Map::new();
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        for kind in ["files", "directories", "links"] {
+            let path = format!("storage.{kind}");
+            let mut entries = Vec::new();
+            for (i, item) in opt_list(&s, "storage", kind)?.iter().enumerate() {
+                let at = format!("{path}[{i}]");
+                let entry = match kind {
+                    "files" => self.file(item, &at)?,
+                    "directories" => node(item, &at, &["path", "mode", "overwrite", "user", "group"])?.0,
+                    _ => link(item, &at)?,
+                };
+                let p = entry.get("path").and_then(Value::as_str).unwrap_or_default().to_owned();
+                if let Some(first) = seen.insert(super::inject::clean_path(&p), at.clone()) {
+                    return Err(Error::butane(
+                        format!("{at}.path"),
+                        format!("duplicate path, also used at {first}"),
+                    ));
+                }
+                entries.push(Value::Object(entry));
+            }
+            if !entries.is_empty() {
+                out.insert(kind.to_owned(), Value::Array(entries));
+            }
+        }
+        Ok(out)
+    }
+
+    fn file(&self, v: &Yaml, at: &str) -> Result<Map<String, Value>, Error> {
+        let (mut out, f) = node(
+            v,
+            at,
+            &["path", "mode", "overwrite", "user", "group", "contents", "append"],
+        )?;
+        if let Some(c) = f.get("contents") {
+            out.insert(
+                "contents".into(),
+                Value::Object(self.resource(c, &join(at, "contents"))?),
+            );
+        }
+        let append = opt_list(&f, at, "append")?;
+        if !append.is_empty() {
+            let list = append
+                .iter()
+                .enumerate()
+                .map(|(i, r)| self.resource(r, &format!("{at}.append[{i}]")).map(Value::Object))
+                .collect::<Result<Vec<_>, _>>()?;
+            out.insert("append".into(), Value::Array(list));
+        }
+        Ok(out)
+    }
+
+    fn resource(&self, v: &Yaml, at: &str) -> Result<Map<String, Value>, Error> {
+        let allowed: &[&str] = if self.allow_gzip {
+            &["inline", "source", "compression", "verification"]
+        } else {
+            &["inline", "source", "verification"]
+        };
+        let f = fields(v, at, allowed)?;
+        let inline = opt_str(&f, at, "inline")?;
+        let source = opt_str(&f, at, "source")?;
+        let mut out = Map::new();
+        match (inline, source) {
+            (Some(_), Some(_)) => return Err(Error::butane(at, "inline and source are mutually exclusive")),
+            (Some(text), None) => {
+                for key in ["compression", "verification"] {
+                    if f.contains_key(key) {
+                        return Err(Error::butane(join(at, key), "only allowed with source"));
+                    }
+                }
+                let enc = dataurl::encode(text.as_bytes(), self.allow_gzip);
+                out.insert("source".into(), Value::from(enc.source));
+                if let Some(c) = enc.compression {
+                    out.insert("compression".into(), Value::from(c));
+                }
+            }
+            (None, Some(src)) => {
+                if self.openshift && !src.starts_with("data:") {
+                    return Err(Error::butane(
+                        join(at, "source"),
+                        "variant openshift only allows data: URLs",
+                    ));
+                }
+                out.insert("source".into(), Value::from(src));
+                if let Some(c) = opt_str(&f, at, "compression")? {
+                    if c != "gzip" {
+                        return Err(Error::butane(join(at, "compression"), "only gzip is supported"));
+                    }
+                    out.insert("compression".into(), Value::from(c));
+                }
+                if let Some(ver) = f.get("verification") {
+                    let vat = join(at, "verification");
+                    let vf = fields(ver, &vat, &["hash"])?;
+                    if let Some(h) = opt_str(&vf, &vat, "hash")? {
+                        let algo_ok = h.split_once('-').is_some_and(|(a, d)| {
+                            matches!(a, "sha512" | "sha256")
+                                && !d.is_empty()
+                                && d.bytes().all(|b| b.is_ascii_hexdigit())
+                        });
+                        if !algo_ok {
+                            return Err(Error::butane(
+                                join(&vat, "hash"),
+                                "expected sha512-<hex> or sha256-<hex>",
+                            ));
+                        }
+                        out.insert("verification".into(), json!({ "hash": h }));
+                    }
+                }
+            }
+            (None, None) => {
+                for key in ["compression", "verification"] {
+                    if f.contains_key(key) {
+                        return Err(Error::butane(join(at, key), "only allowed with source"));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The fields common to files, directories and links.
+fn node<'a>(v: &'a Yaml, at: &str, allowed: &[&str]) -> Result<(Map<String, Value>, Fields<'a>), Error> {
+    let f = fields(v, at, allowed)?;
+    let path = req_str(&f, at, "path")?;
+    if !path.starts_with('/') {
+        return Err(Error::butane(join(at, "path"), "must be absolute"));
+    }
+    let mut out = Map::new();
+    out.insert("path".into(), Value::from(path));
+    copy_opt(&mut out, &f, at, &[("overwrite", "overwrite", Kind::Bool)])?;
+    if let Some(mode) = opt_mode(&f, at)? {
+        out.insert("mode".into(), Value::from(mode));
+    }
+    for key in ["user", "group"] {
+        if let Some(owner) = f.get(key) {
+            let oat = join(at, key);
+            let of = fields(owner, &oat, &["id", "name"])?;
+            let mut o = Map::new();
+            copy_opt(
+                &mut o,
+                &of,
+                &oat,
+                &[("id", "id", Kind::Int), ("name", "name", Kind::Str)],
+            )?;
+            out.insert(key.to_owned(), Value::Object(o));
+        }
+    }
+    Ok((out, f))
+}
+
+fn link(v: &Yaml, at: &str) -> Result<Map<String, Value>, Error> {
+    let (mut out, f) = node(v, at, &["path", "target", "hard", "overwrite", "user", "group"])?;
+    out.insert("target".into(), Value::from(req_str(&f, at, "target")?));
+    copy_opt(&mut out, &f, at, &[("hard", "hard", Kind::Bool)])?;
+    Ok(out)
+}
+
+fn systemd_units(v: &Yaml) -> Result<Vec<Value>, Error> {
+    let s = fields(v, "systemd", &["units"])?;
+    let mut units = Vec::new();
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    for (i, u) in opt_list(&s, "systemd", "units")?.iter().enumerate() {
+        let at = format!("systemd.units[{i}]");
+        let f = fields(u, &at, &["name", "enabled", "mask", "contents", "dropins"])?;
+        let name = req_str(&f, &at, "name")?;
+        if let Some(first) = names.insert(name.clone(), at.clone()) {
+            return Err(Error::butane(
+                format!("{at}.name"),
+                format!("duplicate unit, also at {first}"),
+            ));
+        }
+        let mut out = Map::new();
+        out.insert("name".into(), Value::from(name));
+        copy_opt(
+            &mut out,
+            &f,
+            &at,
+            &[
+                ("enabled", "enabled", Kind::Bool),
+                ("mask", "mask", Kind::Bool),
+                ("contents", "contents", Kind::Str),
+            ],
+        )?;
+        let mut dropins = Vec::new();
+        for (j, d) in opt_list(&f, &at, "dropins")?.iter().enumerate() {
+            let dat = format!("{at}.dropins[{j}]");
+            let df = fields(d, &dat, &["name", "contents"])?;
+            let mut dout = Map::new();
+            dout.insert("name".into(), Value::from(req_str(&df, &dat, "name")?));
+            copy_opt(&mut dout, &df, &dat, &[("contents", "contents", Kind::Str)])?;
+            dropins.push(Value::Object(dout));
+        }
+        if !dropins.is_empty() {
+            out.insert("dropins".into(), Value::Array(dropins));
+        }
+        units.push(Value::Object(out));
+    }
+    Ok(units)
+}
+
+fn passwd_section(v: &Yaml) -> Result<Map<String, Value>, Error> {
+    let p = fields(v, "passwd", &["users", "groups"])?;
+    let mut out = Map::new();
+    let users = named_list(
+        &p,
+        "users",
+        &[
+            ("uid", "uid", Kind::Int),
+            ("password_hash", "passwordHash", Kind::Str),
+            ("ssh_authorized_keys", "sshAuthorizedKeys", Kind::StrList),
+            ("gecos", "gecos", Kind::Str),
+            ("home_dir", "homeDir", Kind::Str),
+            ("no_create_home", "noCreateHome", Kind::Bool),
+            ("primary_group", "primaryGroup", Kind::Str),
+            ("groups", "groups", Kind::StrList),
+            ("no_user_group", "noUserGroup", Kind::Bool),
+            ("no_log_init", "noLogInit", Kind::Bool),
+            ("shell", "shell", Kind::Str),
+            ("system", "system", Kind::Bool),
+        ],
+    )?;
+    let groups = named_list(
+        &p,
+        "groups",
+        &[
+            ("gid", "gid", Kind::Int),
+            ("password_hash", "passwordHash", Kind::Str),
+            ("system", "system", Kind::Bool),
+        ],
+    )?;
+    if !users.is_empty() {
+        out.insert("users".into(), Value::Array(users));
+    }
+    if !groups.is_empty() {
+        out.insert("groups".into(), Value::Array(groups));
+    }
+    Ok(out)
+}
+
+fn named_list(p: &Fields<'_>, kind: &str, spec: &[(&str, &str, Kind)]) -> Result<Vec<Value>, Error> {
+    let mut allowed: Vec<&str> = spec.iter().map(|(b, _, _)| *b).collect();
+    allowed.push("name");
+    let mut out = Vec::new();
+    for (i, item) in opt_list(p, "passwd", kind)?.iter().enumerate() {
+        let at = format!("passwd.{kind}[{i}]");
+        let f = fields(item, &at, &allowed)?;
+        let mut o = Map::new();
+        o.insert("name".into(), Value::from(req_str(&f, &at, "name")?));
+        copy_opt(&mut o, &f, &at, spec)?;
+        out.push(Value::Object(o));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ignition::dataurl::decode;
+    use ignition_config::Config;
+    use proptest::prelude::*;
+
+    const OS_META: &str =
+        "metadata:\n  name: 99-worker-x\n  labels:\n    machineconfiguration.openshift.io/role: worker\n";
+
+    fn ok(yaml: &str) -> (Translated, Value) {
+        let t = translate(yaml.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let (_, warnings) = Config::parse_slice(&t.json).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        (t.clone(), serde_json::from_slice(&t.json).unwrap())
+    }
+
+    fn unsupported_field(yaml: &str) -> String {
+        match translate(yaml.as_bytes()) {
+            Err(Error::UnsupportedButaneField { field }) => field,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn invalid_at(yaml: &str) -> String {
+        match translate(yaml.as_bytes()) {
+            Err(e @ Error::InvalidButane { .. }) => {
+                assert_eq!(e.reason(), "InvalidButane");
+                let Error::InvalidButane { location, .. } = e else {
+                    unreachable!()
+                };
+                location
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn version_table() {
+        for (variant, version, ign) in BUTANE_VERSIONS {
+            let meta = if variant == "openshift" { OS_META } else { "" };
+            let (t, v) = ok(&format!("variant: {variant}\nversion: {version}\n{meta}"));
+            assert_eq!(t.version, ign);
+            assert_eq!(v, json!({"ignition": {"version": ign}}));
+        }
+        assert_eq!(ignition_version_for("fcos", "1.5.0"), Some("3.4.0"));
+        assert_eq!(ignition_version_for("fcos", "1.6.0"), Some("3.5.0"));
+        assert_eq!(ignition_version_for("openshift", "4.16.0"), Some("3.4.0"));
+        for (yaml, variant, version) in [
+            ("variant: fcos\nversion: 1.8.0\n", "fcos", "1.8.0"),
+            ("variant: flatcar\nversion: 1.0.0\n", "flatcar", "1.0.0"),
+            (
+                "variant: fcos\nversion: 1.6.0-experimental\n",
+                "fcos",
+                "1.6.0-experimental",
+            ),
+            ("variant: \"ssh-ed25519 AAAA\"\nversion: \"hunter2 x\"\n", "?", "?"),
+        ] {
+            let e = translate(yaml.as_bytes()).unwrap_err();
+            assert_eq!(
+                e,
+                Error::UnsupportedButaneVersion {
+                    variant: variant.into(),
+                    version: version.into()
+                }
+            );
+            assert_eq!(e.reason(), "UnsupportedButaneVersion");
+        }
+        assert_eq!(invalid_at("version: 1.5.0\n"), "variant");
+        assert_eq!(invalid_at("variant: fcos\n"), "version");
+        assert_eq!(
+            invalid_at("variant: fcos\nversion: 1.5\n".replace("1.5", "[1]").as_str()),
+            "version"
+        );
+    }
+
+    #[test]
+    fn files_directories_links() {
+        let yaml = r#"
+variant: fcos
+version: 1.5.0
+storage:
+  files:
+    - path: /etc/motd
+      mode: 0644
+      overwrite: true
+      user: {name: core}
+      group: {id: 1000}
+      contents:
+        inline: |
+          hello
+    - path: /opt/fetched
+      mode: 0o755
+      contents:
+        source: https://example.com/x.gz
+        compression: gzip
+        verification: {hash: sha512-abcdef}
+      append:
+        - inline: "tail"
+    - path: /etc/empty
+      mode: 420
+  directories:
+    - path: /var/lib/app
+      mode: 0700
+      overwrite: yes
+  links:
+    - path: /etc/localtime
+      target: ../usr/share/zoneinfo/UTC
+      hard: false
+"#;
+        let (t, v) = ok(yaml);
+        assert_eq!(t.version, "3.4.0");
+        let files = v["storage"]["files"].as_array().unwrap();
+        assert_eq!(files[0]["path"], "/etc/motd");
+        assert_eq!(files[0]["mode"], 420);
+        assert_eq!(files[0]["overwrite"], true);
+        assert_eq!(files[0]["user"], json!({"name": "core"}));
+        assert_eq!(files[0]["group"], json!({"id": 1000}));
+        assert_eq!(
+            decode(files[0]["contents"]["source"].as_str().unwrap(), None).unwrap(),
+            b"hello\n"
+        );
+        assert_eq!(files[1]["mode"], 493);
+        assert_eq!(
+            files[1]["contents"],
+            json!({"source": "https://example.com/x.gz", "compression": "gzip", "verification": {"hash": "sha512-abcdef"}})
+        );
+        assert_eq!(
+            decode(files[1]["append"][0]["source"].as_str().unwrap(), None).unwrap(),
+            b"tail"
+        );
+        assert_eq!(files[2], json!({"path": "/etc/empty", "mode": 420}));
+        assert_eq!(
+            v["storage"]["directories"],
+            json!([{"path": "/var/lib/app", "mode": 448, "overwrite": true}])
+        );
+        assert_eq!(
+            v["storage"]["links"],
+            json!([{"path": "/etc/localtime", "target": "../usr/share/zoneinfo/UTC", "hard": false}])
+        );
+    }
+
+    #[test]
+    fn large_inline_is_gzipped_except_openshift_4_8() {
+        let body = "line of config text\n".repeat(50);
+        let indented: String = body.lines().map(|l| format!("          {l}\n")).collect();
+        let storage =
+            format!("storage:\n  files:\n    - path: /etc/big\n      contents:\n        inline: |\n{indented}");
+        let (_, v) = ok(&format!("variant: fcos\nversion: 1.4.0\n{storage}"));
+        let c = &v["storage"]["files"][0]["contents"];
+        assert_eq!(c["compression"], "gzip");
+        assert_eq!(
+            decode(c["source"].as_str().unwrap(), Some("gzip")).unwrap(),
+            body.as_bytes()
+        );
+        let (_, v) = ok(&format!("variant: openshift\nversion: 4.8.0\n{OS_META}{storage}"));
+        let c = &v["storage"]["files"][0]["contents"];
+        assert!(c.get("compression").is_none());
+        assert_eq!(decode(c["source"].as_str().unwrap(), None).unwrap(), body.as_bytes());
+        let f = unsupported_field(&format!(
+            "variant: openshift\nversion: 4.9.0\n{OS_META}storage:\n  files:\n    - path: /a\n      contents: {{source: 'data:,x', compression: gzip}}\n"
+        ));
+        assert_eq!(f, "storage.files[0].contents.compression");
+    }
+
+    #[test]
+    fn units_and_dropins() {
+        let yaml = r#"
+variant: fcos
+version: 1.0.0
+systemd:
+  units:
+    - name: hello.service
+      enabled: true
+      contents: |
+        [Service]
+        ExecStart=/bin/true
+        [Install]
+        WantedBy=multi-user.target
+    - name: kubelet.service
+      dropins:
+        - name: 20-x.conf
+          contents: "[Service]\nEnvironment=A=b\n"
+    - name: bad.service
+      mask: true
+"#;
+        let (t, v) = ok(yaml);
+        assert_eq!(t.version, "3.0.0");
+        let units = v["systemd"]["units"].as_array().unwrap();
+        assert_eq!(units[0]["enabled"], true);
+        assert!(units[0]["contents"].as_str().unwrap().contains("ExecStart=/bin/true\n"));
+        assert_eq!(
+            units[1]["dropins"],
+            json!([{"name": "20-x.conf", "contents": "[Service]\nEnvironment=A=b\n"}])
+        );
+        assert_eq!(units[2], json!({"name": "bad.service", "mask": true}));
+    }
+
+    #[test]
+    fn users_and_groups() {
+        let yaml = r#"
+variant: openshift
+version: 4.16.0
+metadata:
+  name: 99-worker-ssh
+  labels:
+    machineconfiguration.openshift.io/role: worker
+passwd:
+  users:
+    - name: core
+      ssh_authorized_keys:
+        - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA core@lab
+      groups: [wheel, sudo]
+      home_dir: /var/home/core
+      shell: /bin/bash
+      uid: 1000
+      password_hash: "$y$j9T$x"
+  groups:
+    - name: ops
+      gid: 4000
+      system: false
+"#;
+        let (t, v) = ok(yaml);
+        assert_eq!(t.version, "3.4.0");
+        assert_eq!(
+            v["passwd"]["users"][0],
+            json!({
+                "name": "core",
+                "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA core@lab"],
+                "groups": ["wheel", "sudo"],
+                "homeDir": "/var/home/core",
+                "shell": "/bin/bash",
+                "uid": 1000,
+                "passwordHash": "$y$j9T$x"
+            })
+        );
+        assert_eq!(
+            v["passwd"]["groups"],
+            json!([{"name": "ops", "gid": 4000, "system": false}])
+        );
+    }
+
+    #[test]
+    fn rejections_name_the_field() {
+        let fcos = "variant: fcos\nversion: 1.5.0\n";
+        for (body, field) in [
+            (
+                "storage:\n  filesystems:\n    - device: /dev/vdb\n",
+                "storage.filesystems[0]",
+            ),
+            ("storage:\n  disks:\n    - device: /dev/vdb\n", "storage.disks[0]"),
+            ("storage:\n  trees:\n    - local: x\n", "storage.trees[0]"),
+            (
+                "storage:\n  files:\n    - path: /a\n      contents: {local: x}\n",
+                "storage.files[0].contents.local",
+            ),
+            (
+                "storage:\n  files:\n    - path: /a\n      user: {uid: 1}\n",
+                "storage.files[0].user.uid",
+            ),
+            (
+                "systemd:\n  units:\n    - name: a\n      contents_local: a.service\n",
+                "systemd.units[0].contents_local",
+            ),
+            (
+                "passwd:\n  users:\n    - name: core\n      ssh_authorized_keys_local: [k]\n",
+                "passwd.users[0].ssh_authorized_keys_local",
+            ),
+            (
+                "passwd:\n  users:\n    - name: core\n      should_exist: false\n",
+                "passwd.users[0].should_exist",
+            ),
+            ("ignition:\n  config:\n    merge: []\n", "ignition"),
+            ("kernel_arguments:\n  should_exist: [quiet]\n", "kernel_arguments"),
+            ("boot_device:\n  mirror: {}\n", "boot_device"),
+            ("metadata:\n  name: x\n", "metadata"),
+            ("extra: 1\n", "extra"),
+        ] {
+            assert_eq!(unsupported_field(&format!("{fcos}{body}")), field, "{body}");
+        }
+        let os = format!("variant: openshift\nversion: 4.14.0\n{OS_META}");
+        assert_eq!(
+            unsupported_field(&format!("{os}openshift:\n  kernel_type: realtime\n")),
+            "openshift"
+        );
+        assert_eq!(
+            unsupported_field(&format!("{os}storage:\n  luks:\n    - name: x\n")),
+            "storage.luks[0]"
+        );
+        // Null and empty lists of unsupported sections mean nothing.
+        ok(&format!("{fcos}storage:\n  filesystems: []\n  files:\n"));
+        ok(&format!("{fcos}ignition:\n"));
+    }
+
+    #[test]
+    fn invalid_values_name_the_field() {
+        let fcos = "variant: fcos\nversion: 1.5.0\n";
+        for (body, location) in [
+            ("storage:\n  files:\n    - mode: 0644\n", "storage.files[0].path"),
+            ("storage:\n  files:\n    - path: etc/x\n", "storage.files[0].path"),
+            (
+                "storage:\n  files:\n    - path: /x\n      mode: 0999\n",
+                "storage.files[0].mode",
+            ),
+            (
+                "storage:\n  files:\n    - path: /x\n      mode: 70000\n",
+                "storage.files[0].mode",
+            ),
+            (
+                "storage:\n  files:\n    - path: /x\n      mode: -1\n",
+                "storage.files[0].mode",
+            ),
+            (
+                "storage:\n  files:\n    - path: /x\n      overwrite: maybe\n",
+                "storage.files[0].overwrite",
+            ),
+            (
+                "storage:\n  files:\n    - path: /x\n      contents: {inline: a, source: 'data:,b'}\n",
+                "storage.files[0].contents",
+            ),
+            (
+                "storage:\n  files:\n    - path: /x\n      contents: {inline: a, compression: gzip}\n",
+                "storage.files[0].contents.compression",
+            ),
+            (
+                "storage:\n  files:\n    - path: /x\n      contents: {source: 'data:,a', compression: xz}\n",
+                "storage.files[0].contents.compression",
+            ),
+            (
+                "storage:\n  files:\n    - path: /x\n      contents: {source: 'data:,a', verification: {hash: md5-1}}\n",
+                "storage.files[0].contents.verification.hash",
+            ),
+            (
+                "storage:\n  files:\n    - path: /x\n  links:\n    - path: /x/\n      target: /y\n",
+                "storage.links[0].path",
+            ),
+            ("storage:\n  links:\n    - path: /x\n", "storage.links[0].target"),
+            ("storage:\n  files: {path: /x}\n", "storage.files"),
+            ("systemd:\n  units:\n    - enabled: true\n", "systemd.units[0].name"),
+            (
+                "systemd:\n  units:\n    - name: a\n    - name: a\n",
+                "systemd.units[1].name",
+            ),
+            (
+                "systemd:\n  units:\n    - name: a\n      dropins:\n        - contents: x\n",
+                "systemd.units[0].dropins[0].name",
+            ),
+            (
+                "passwd:\n  users:\n    - name: core\n      ssh_authorized_keys: [1]\n",
+                "passwd.users[0].ssh_authorized_keys[0]",
+            ),
+            (
+                "passwd:\n  users:\n    - name: core\n      uid: abc\n",
+                "passwd.users[0].uid",
+            ),
+            ("passwd:\n  users:\n    - shell: /bin/sh\n", "passwd.users[0].name"),
+            ("storage: [1]\n", "storage"),
+        ] {
+            assert_eq!(invalid_at(&format!("{fcos}{body}")), location, "{body}");
+        }
+        assert_eq!(invalid_at("- a\n- b\n"), "the document");
+        assert_eq!(invalid_at("a: [\n"), "line 2 column 1");
+        assert!(
+            invalid_at("a: b\n---\nc: d\n").starts_with("line") || invalid_at("a: b\n---\nc: d\n") == "the document"
+        );
+    }
+
+    #[test]
+    fn openshift_rules() {
+        let head = "variant: openshift\nversion: 4.14.0\n";
+        assert_eq!(invalid_at(head), "metadata");
+        assert_eq!(
+            invalid_at(&format!("{head}metadata:\n  labels:\n    a: b\n")),
+            "metadata.name"
+        );
+        assert_eq!(invalid_at(&format!("{head}metadata:\n  name: x\n")), "metadata.labels");
+        assert_eq!(
+            invalid_at(&format!("{head}metadata:\n  name: x\n  labels:\n    a: b\n")),
+            "metadata.labels.machineconfiguration.openshift.io/role"
+        );
+        assert_eq!(
+            invalid_at(&format!(
+                "{head}{OS_META}storage:\n  files:\n    - path: /a\n      contents: {{source: 'https://x'}}\n"
+            )),
+            "storage.files[0].contents.source"
+        );
+        ok(&format!(
+            "{head}{OS_META}storage:\n  files:\n    - path: /a\n      contents: {{source: 'data:,x'}}\n"
+        ));
+    }
+
+    #[test]
+    fn errors_never_echo_values() {
+        let secret = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKsecret";
+        for yaml in [
+            format!("variant: fcos\nversion: 1.5.0\npasswd:\n  users:\n    - name: core\n      uid: \"{secret}\"\n"),
+            format!("variant: fcos\nversion: 1.5.0\nstorage:\n  files:\n    - path: /x\n      mode: \"{secret}\"\n"),
+            format!("variant: fcos\nversion: \"{secret}\"\n"),
+            format!("variant: fcos\nversion: 1.5.0\npasswd: [\"{secret}\"\n"),
+        ] {
+            let e = translate(yaml.as_bytes()).unwrap_err();
+            assert!(!format!("{e} {e:?}").contains("AAAA"), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn too_large() {
+        let yaml = format!(
+            "variant: fcos\nversion: 1.5.0\n#{}\n",
+            "x".repeat(crate::ignition::MAX_CONFIG_BYTES)
+        );
+        assert_eq!(translate(yaml.as_bytes()).unwrap_err().reason(), "TooLarge");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_yaml_never_panics(body in "(?s)[a-z_:\\[\\]{}\\- \n/0-9.'\"]{0,200}") {
+            let doc = format!("variant: fcos\nversion: 1.5.0\n{body}");
+            if let Ok(t) = translate(doc.as_bytes()) {
+                prop_assert!(Config::parse_slice(&t.json).is_ok());
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..256)) {
+            let _ = translate(&data);
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The `caplv-manager` binary as a user runs it.
+
+use std::{
+    io::Read,
+    path::PathBuf,
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::support::DEADLINE;
+
+pub fn manager() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_caplv-manager"));
+    cmd.env_remove("KUBECONFIG").env("CAPLV_LOG", "info");
+    cmd
+}
+
+/// Wait for `child` to exit within [`DEADLINE`], killing it otherwise.
+pub fn wait_with_deadline(mut child: Child) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > DEADLINE {
+            child.kill().unwrap();
+            let mut stderr = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+            panic!("process did not exit within {DEADLINE:?}; stderr:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Send SIGTERM (or another signal) to `child`.
+pub fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// A loopback port nothing listens on.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn kubeconfig_for(dir: &tempfile::TempDir, addr: std::net::SocketAddr) -> PathBuf {
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, memkube::kubeconfig_yaml(addr)).unwrap();
+    path
+}
+
+#[test]
+fn crds_prints_every_crd_as_yaml() {
+    let out = manager().arg("crds").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 7);
+    assert!(docs.iter().all(|d| d["kind"] == "CustomResourceDefinition"));
+    assert!(out.stderr.is_empty(), "crds prints nothing but YAML");
+}
+
+#[test]
+fn unknown_controller_family_is_a_usage_error_naming_the_choices() {
+    let out = manager()
+        .args(["run", "--controllers", "caplv,bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("\"bogus\"") && stderr.contains("caplv, ignition, fivespot"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn unreachable_api_server_fails_fast_with_the_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = closed_port();
+    let kubeconfig = kubeconfig_for(&dir, format!("127.0.0.1:{port}").parse().unwrap());
+    let child = manager()
+        .env("KUBECONFIG", &kubeconfig)
+        .args(["--api-timeout-seconds", "5", "--metrics-addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_with_deadline(child);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cannot reach the Kubernetes API server at http://127.0.0.1:{port}"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn missing_configuration_is_explained() {
+    let home = tempfile::tempdir().unwrap();
+    let out = manager()
+        .env("HOME", home.path())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no Kubernetes configuration found"), "{stderr}");
+}
+
+#[tokio::test]
+async fn runs_against_a_cluster_serves_health_and_exits_zero_on_sigterm() {
+    let server = memkube::Server::new();
+    server.install_crds(&caplv::api::crds()).unwrap();
+    capi_sim::install(&server.client(), capi_sim::CapiVersions::V1beta2)
+        .await
+        .unwrap();
+    let addr = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kubeconfig_for(&dir, addr);
+    let metrics_port = closed_port();
+    let child = manager()
+        .env("KUBECONFIG", &kubeconfig)
+        .env("CAPLV_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
+        .env("CAPLV_LOG_FORMAT", "json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let url = |path: &str| format!("http://127.0.0.1:{metrics_port}{path}");
+    let mut child = child;
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let last = http_get(&url("/readyz")).await;
+        if last.as_ref().is_some_and(|(code, _)| *code == 200) {
+            break;
+        }
+        if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "manager never became ready ({last:?}):\n{}",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .filter(|l| !l.contains("DEBUG"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let (code, body) = http_get(&url("/healthz")).await.unwrap();
+    assert_eq!((code, body.as_str()), (200, "ok"));
+    let (_, metrics) = http_get(&url("/metrics")).await.unwrap();
+    assert!(
+        metrics.contains("caplv_controller_ready{controller=\"libvirtcluster\"} 1"),
+        "{metrics}"
+    );
+
+    signal(&child, "TERM");
+    let out = tokio::task::spawn_blocking(move || wait_with_deadline(child))
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
+        "JSON logs:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("\"version\":\"v1beta2\""),
+        "discovered CAPI v1beta2:\n{stderr}"
+    );
+    server.shutdown();
+}
+
+/// A minimal HTTP/1.1 GET on loopback: status code and body, or `None` when nothing answers.
+pub async fn http_get(url: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
+    let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((code, body))
+}

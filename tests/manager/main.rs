@@ -1,0 +1,15 @@
+//! Integration tests of the manager against the in-memory API server and the CAPI simulator,
+//! plus process-level tests of the `caplv-manager` binary. One test binary keeps links few.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail the test on any error"
+)]
+
+mod cli;
+mod leader;
+mod libvirt_cluster;
+mod sandbox;
+mod scheduled_machine;
+mod support;

@@ -1,0 +1,83 @@
+//! The sandbox as a user drives it: the seed's manifests applied unchanged with kubectl.
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+};
+
+use crate::{
+    cli::{manager, signal, wait_with_deadline},
+    support::wait_until,
+};
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_seed_applies_unchanged_and_the_seed_query_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("sandbox.kubeconfig");
+    let child = manager()
+        .args(["sandbox", "--metrics-addr", "127.0.0.1:0", "--kubeconfig-out"])
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("sandbox writes its kubeconfig", || async { kubeconfig.exists() }).await;
+
+    let seed = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/seed/");
+    let out = kubectl(&kubeconfig, &["apply", "-f", seed]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let applied = String::from_utf8_lossy(&out.stdout);
+    for created in [
+        "libvirtcluster.infrastructure.cluster.x-k8s.io/spot created",
+        "scheduledmachine.5spot.finos.org/spot-worker-01 created",
+    ] {
+        assert!(applied.contains(created), "{applied}");
+    }
+
+    // The LibvirtCluster becomes ready without dialling api.spot.labdroid.net: the sandbox answers locally.
+    wait_until("LibvirtCluster spot Ready", || async {
+        let out = kubectl(
+            &kubeconfig,
+            &["get", "libvirtcluster", "spot", "-o", "jsonpath={.status.ready}"],
+        );
+        out.stdout == b"true"
+    })
+    .await;
+
+    let query = "cluster,libvirtcluster,libvirthost,libvirtmachine,machine,ignitionconfig,scheduledmachine";
+    let out = kubectl(&kubeconfig, &["get", query]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    for row in [
+        "cluster.cluster.x-k8s.io/spot",
+        "libvirtcluster.infrastructure.cluster.x-k8s.io/spot",
+        "libvirthost.infrastructure.cluster.x-k8s.io/laptop",
+        "scheduledmachine.5spot.finos.org/spot-worker-01",
+    ] {
+        assert!(table.contains(row), "{row} missing from:\n{table}");
+    }
+    assert!(
+        table.contains("api.spot.labdroid.net"),
+        "printer columns shown:\n{table}"
+    );
+
+    signal(&child, "INT");
+    let out = tokio::task::spawn_blocking(move || wait_with_deadline(child))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!kubeconfig.exists(), "the kubeconfig of a stopped sandbox is removed");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("caplv sandbox is ready") && stdout.contains("export KUBECONFIG="),
+        "{stdout}"
+    );
+}

@@ -1,0 +1,134 @@
+//! A manager running against memkube + capi-sim, and waiting helpers with deadlines.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use capi_sim::{CapiVersions, Simulator, SimulatorHandle};
+use caplv::{
+    app::{self, ManagerConfig, Shared},
+    clock::OffsetClock,
+    controllers::{Family, Settings},
+    endpoint::TcpProbe,
+};
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+/// How long any awaited condition may take before the test fails.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// A running manager with its API server and CAPI simulator.
+pub struct Env {
+    pub server: memkube::Server,
+    pub client: Client,
+    pub shared: Shared,
+    pub clock: OffsetClock,
+    shutdown: CancellationToken,
+    manager: tokio::task::JoinHandle<anyhow::Result<()>>,
+    sim: SimulatorHandle,
+}
+
+/// Settings that make periodic work quick in tests.
+pub fn fast_settings() -> Settings {
+    Settings {
+        watch_namespace: None,
+        endpoint_probe_interval: Duration::from_millis(300),
+        error_requeue: Duration::from_millis(200),
+    }
+}
+
+impl Env {
+    /// Start memkube with every CRD, the simulator (CAPI v1beta1) and the manager (all
+    /// families, real TCP probe).
+    pub async fn start() -> Self {
+        Self::start_with(CapiVersions::V1beta1).await
+    }
+
+    /// Like [`Env::start`], with the given CAPI core version.
+    pub async fn start_with(versions: CapiVersions) -> Self {
+        let server = memkube::Server::new();
+        let client = server.client();
+        server.install_crds(&caplv::api::crds()).unwrap();
+        capi_sim::install(&client, versions).await.unwrap();
+        let clock = OffsetClock::default();
+        let sim = Simulator::builder(client.clone())
+            .versions(versions)
+            .kubelet(capi_sim::KubeletMode::WithProviderId)
+            .drain_retry(Duration::from_millis(200))
+            .build()
+            .spawn();
+        let config = ManagerConfig {
+            families: Family::compiled(),
+            metrics_addr: "127.0.0.1:0".parse().unwrap(),
+            settings: fast_settings(),
+            leader: None,
+            probe: Arc::new(TcpProbe {
+                timeout: Duration::from_secs(2),
+            }),
+            clock: Arc::new(clock.clone()),
+        };
+        let shared = Shared::new().unwrap();
+        let shutdown = CancellationToken::new();
+        let manager = tokio::spawn(app::run(client.clone(), config, shared.clone(), shutdown.clone()));
+        let env = Self {
+            server,
+            client,
+            shared,
+            clock,
+            shutdown,
+            manager,
+            sim,
+        };
+        let ready = env.shared.readiness.clone();
+        wait_until("manager ready", || {
+            let ready = ready.clone();
+            async move { ready.is_ready() }
+        })
+        .await;
+        env
+    }
+
+    /// Stop everything; the manager must exit cleanly.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.manager.await.unwrap().unwrap();
+        self.sim.stop().await.unwrap();
+        self.server.shutdown();
+    }
+}
+
+/// Poll `check` until it returns true, failing the test with `what` after [`DEADLINE`].
+pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Apply a YAML document with server-side apply as a test user.
+pub async fn apply_yaml(client: &Client, yaml: &str) {
+    let value: serde_json::Value = serde_yaml::from_str(yaml).unwrap();
+    let obj: kube::api::DynamicObject = serde_json::from_value(value.clone()).unwrap();
+    let gvk = kube::core::GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let ns = obj.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned());
+    let api: kube::Api<kube::api::DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
+        kube::Api::namespaced_with(client.clone(), &ns, &ar)
+    } else {
+        kube::Api::all_with(client.clone(), &ar)
+    };
+    let name = obj.metadata.name.clone().unwrap();
+    api.patch(
+        &name,
+        &kube::api::PatchParams::apply("test").force(),
+        &kube::api::Patch::Apply(value),
+    )
+    .await
+    .unwrap();
+}
