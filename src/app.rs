@@ -62,6 +62,7 @@ impl ManagerConfig {
                 watch_namespace: args.watch_namespace.clone(),
                 endpoint_probe_interval: args.endpoint_probe_interval(),
                 error_requeue: Duration::from_secs(10),
+                max_concurrent_creations: usize::try_from(args.max_concurrent_creations).unwrap_or(usize::MAX),
             },
             leader,
             probe: Arc::new(TcpProbe {

@@ -34,6 +34,9 @@ pub enum Command {
     /// controllers; write a kubeconfig once ready; run until SIGINT/SIGTERM.
     #[command(mut_arg("metrics_addr", |a| a.default_value("127.0.0.1:8080")))]
     Sandbox(SandboxArgs),
+    /// Answer "when will my worker run?": evaluate a schedule and print
+    /// `{"active":…,"nextTransition":…}` (UTC); exit 2 on an invalid schedule.
+    Schedule(ScheduleArgs),
 }
 
 /// How logs are written.
@@ -90,6 +93,10 @@ pub struct RunArgs {
     /// Seconds a control plane endpoint TCP probe may take.
     #[arg(long, env = "CAPLV_ENDPOINT_PROBE_TIMEOUT_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub endpoint_probe_timeout_seconds: u64,
+    /// ScheduledMachines creating their objects at the same time; when more windows open at
+    /// once, higher `priority` goes first.
+    #[arg(long, env = "CAPLV_MAX_CONCURRENT_CREATIONS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub max_concurrent_creations: u64,
     /// Seconds to wait for the Kubernetes API server at start-up before giving up.
     #[arg(long, env = "CAPLV_API_TIMEOUT_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub api_timeout_seconds: u64,
@@ -115,6 +122,29 @@ pub struct CrdsArgs {
     /// Write one `<name>.yaml` per CRD into this directory instead of printing to stdout.
     #[arg(long, env = "CAPLV_CRDS_OUT_DIR")]
     pub out_dir: Option<PathBuf>,
+}
+
+/// Options of `schedule`: the same fields as a ScheduledMachine's `spec.schedule`.
+#[derive(Debug, Args)]
+pub struct ScheduleArgs {
+    /// A `daysOfWeek` element, e.g. `mon-fri` or `sat,sun`; repeat for several.
+    #[arg(long = "days", value_name = "ELEM")]
+    pub days: Vec<String>,
+    /// An `hoursOfDay` element, e.g. `9-17` or `22-6`; repeat for several.
+    #[arg(long = "hours", value_name = "ELEM")]
+    pub hours: Vec<String>,
+    /// A 5-field cron expression for window starts (with --duration, instead of days and hours).
+    #[arg(long, value_name = "EXPR", requires = "duration")]
+    pub cron: Option<String>,
+    /// How long each cron window lasts, e.g. `8h`, `90m`, `1h30m`.
+    #[arg(long, value_name = "D", requires = "cron")]
+    pub duration: Option<String>,
+    /// IANA time zone the schedule is read in.
+    #[arg(long, default_value = "UTC")]
+    pub timezone: String,
+    /// Evaluate at this instant (RFC 3339) instead of now.
+    #[arg(long, value_name = "RFC3339")]
+    pub at: Option<chrono::DateTime<chrono::FixedOffset>>,
 }
 
 /// Options of `sandbox`.

@@ -18,4 +18,5 @@ pub mod leader;
 pub mod metrics;
 pub mod sandbox;
 pub mod schedule;
+pub mod schedule_query;
 pub mod telemetry;

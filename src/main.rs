@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use caplv::{
     app,
-    cli::{Cli, Command, RunArgs},
+    cli::{Cli, Command, RunArgs, ScheduleArgs},
     crds,
 };
 use clap::Parser;
@@ -20,6 +20,7 @@ async fn main() -> ExitCode {
         Some(Command::Crds(args)) => crds::run(&args),
         Some(Command::Run(args)) => run(args).await,
         Some(Command::Sandbox(args)) => caplv::sandbox::run(args).await,
+        Some(Command::Schedule(args)) => return schedule(&args),
         None => run(cli.run).await,
     };
     match result {
@@ -28,6 +29,21 @@ async fn main() -> ExitCode {
             tracing::error!("{err:#}");
             eprintln!("error: {err:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `schedule`: one JSON line on stdout, or the error on stderr with exit code 2.
+fn schedule(args: &ScheduleArgs) -> ExitCode {
+    let at = args.at.map_or_else(chrono::Utc::now, |t| t.with_timezone(&chrono::Utc));
+    match caplv::schedule_query::answer(args, at) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(2)
         }
     }
 }

@@ -4,6 +4,8 @@
 //! ones that belong to the enabled families and returns when all have stopped.
 
 pub mod capi;
+#[cfg(feature = "ignition")]
+pub mod ignition_config;
 pub mod kinds;
 #[cfg(feature = "caplv")]
 pub mod libvirt_cluster;
@@ -79,7 +81,7 @@ impl Family {
     pub fn controllers(self) -> &'static [&'static str] {
         match self {
             Self::Caplv => &["libvirtcluster"],
-            Self::Ignition => &[],
+            Self::Ignition => &["ignitionconfig"],
             Self::Fivespot => &["scheduledmachine"],
         }
     }
@@ -94,6 +96,8 @@ pub struct Settings {
     pub endpoint_probe_interval: Duration,
     /// Delay before retrying a reconcile that failed on a transient error.
     pub error_requeue: Duration,
+    /// How many ScheduledMachines may create their objects at the same time.
+    pub max_concurrent_creations: usize,
 }
 
 /// Everything a reconcile needs; one per manager, shared by every controller.
@@ -196,12 +200,19 @@ pub async fn run_families(ctx: Arc<Context>, families: &[Family], readiness: Rea
                 readiness.clone(),
                 shutdown.clone(),
             ))),
+            #[cfg(feature = "ignition")]
+            Family::Ignition => tasks.push(tokio::spawn(ignition_config::run(
+                ctx.clone(),
+                readiness.clone(),
+                shutdown.clone(),
+            ))),
             #[cfg(feature = "fivespot")]
             Family::Fivespot => tasks.push(tokio::spawn(scheduled_machine::run(
                 ctx.clone(),
                 readiness.clone(),
                 shutdown.clone(),
             ))),
+            #[allow(unreachable_patterns, reason = "reachable when a family's feature is off")]
             _ => {}
         }
     }

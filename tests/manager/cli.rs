@@ -209,3 +209,62 @@ pub async fn http_get(url: &str) -> Option<(u16, String)> {
         .unwrap_or_default();
     Some((code, body))
 }
+
+#[test]
+fn schedule_answers_when_a_worker_runs() {
+    let out = manager()
+        .args([
+            "schedule",
+            "--days",
+            "mon-fri",
+            "--hours",
+            "9-17",
+            "--timezone",
+            "America/New_York",
+        ])
+        .args(["--at", "2026-04-27T12:00:00Z"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "{\"active\":false,\"nextTransition\":\"2026-04-27T13:00:00Z\"}\n"
+    );
+
+    let out = manager()
+        .args([
+            "schedule",
+            "--cron",
+            "0 22 * * fri",
+            "--duration",
+            "8h",
+            "--at",
+            "2026-05-01T23:00:00Z",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "{\"active\":true,\"nextTransition\":\"2026-05-02T06:00:00Z\"}\n"
+    );
+}
+
+#[test]
+fn an_invalid_schedule_exits_2_naming_field_and_token() {
+    for (args, needle) in [
+        (vec!["--days", "mon-fri", "--hours", "+9"], "schedule.hoursOfDay[0]"),
+        (vec!["--days", "mon-wed-fri", "--hours", "9"], "mon-wed-fri"),
+        (
+            vec!["--days", "mon", "--hours", "9", "--timezone", "america/new_york"],
+            "america/new_york",
+        ),
+        (vec!["--cron", "61 * * * *", "--duration", "1h"], "schedule.cron"),
+        (vec!["--cron", "0 * * * *", "--duration", "0s"], "schedule.duration"),
+    ] {
+        let out = manager().arg("schedule").args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty());
+    }
+}

@@ -72,3 +72,47 @@ async fn only_the_lease_holder_runs_controllers_and_a_standby_takes_over() {
         .unwrap();
     server.shutdown();
 }
+
+#[tokio::test]
+async fn losing_the_lease_stops_the_controllers() {
+    let server = memkube::Server::new();
+    let client = server.client();
+    server.install_crds(&caplv::api::crds()).unwrap();
+    capi_sim::install(&client, capi_sim::CapiVersions::V1beta1)
+        .await
+        .unwrap();
+    let a = Shared::new().unwrap();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(app::run(client.clone(), config("a"), a.clone(), stop.clone()));
+    wait_until("a leads", || async { a.metrics.leader.get() == 1 }).await;
+    wait_until("a's controllers synced", || async {
+        a.metrics.controller_ready.with_label_values(&["libvirtcluster"]).get() == 1
+    })
+    .await;
+
+    // Another replica takes the Lease over (as after a network partition).
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let steal = serde_json::json!({"spec": {"holderIdentity": "intruder", "leaseDurationSeconds": 3600, "renewTime": now, "acquireTime": now}});
+    leases
+        .patch(
+            "caplv-manager",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(steal),
+        )
+        .await
+        .unwrap();
+    wait_until("a notices and stops its controllers", || async {
+        a.metrics.leader.get() == 0 && a.metrics.controller_ready.with_label_values(&["libvirtcluster"]).get() == 0
+    })
+    .await;
+    assert!(a.readiness.is_ready(), "a standby stays ready");
+    assert!(!task.is_finished(), "it waits to lead again rather than exiting");
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    server.shutdown();
+}

@@ -69,6 +69,59 @@ async fn the_seed_applies_unchanged_and_the_seed_query_works() {
         "printer columns shown:\n{table}"
     );
 
+    // The always-on variant of the seed's ScheduledMachine brings its objects up ...
+    let always = r#"{"spec":{"schedule":{"daysOfWeek":["mon-sun"],"hoursOfDay":["0-23"]}}}"#;
+    let out = kubectl(
+        &kubeconfig,
+        &[
+            "patch",
+            "scheduledmachine",
+            "spot-worker-01",
+            "--type",
+            "merge",
+            "-p",
+            always,
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let phase = |kubeconfig: &Path| {
+        let out = kubectl(
+            kubeconfig,
+            &["get", "sm", "spot-worker-01", "-o", "jsonpath={.status.phase}"],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_until("spot-worker-01 Active", || async { phase(&kubeconfig) == "Active" }).await;
+    for kind in ["machine", "ignitionconfig", "libvirtmachine"] {
+        let out = kubectl(&kubeconfig, &["get", kind, "spot-worker-01", "-o", "name"]);
+        assert!(out.status.success(), "{kind}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // ... and the kill switch takes it to Terminated, removing them.
+    let kill = r#"{"spec":{"killSwitch":true}}"#;
+    let out = kubectl(
+        &kubeconfig,
+        &[
+            "patch",
+            "scheduledmachine",
+            "spot-worker-01",
+            "--type",
+            "merge",
+            "-p",
+            kill,
+        ],
+    );
+    assert!(out.status.success());
+    wait_until("spot-worker-01 Terminated", || async {
+        phase(&kubeconfig) == "Terminated"
+    })
+    .await;
+    wait_until("Machine removed", || async {
+        kubectl(&kubeconfig, &["get", "machine", "-o", "name"])
+            .stdout
+            .is_empty()
+    })
+    .await;
+
     signal(&child, "INT");
     let out = tokio::task::spawn_blocking(move || wait_with_deadline(child))
         .await

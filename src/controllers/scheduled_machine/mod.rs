@@ -8,6 +8,7 @@
 //! edge or drain deadline; nothing polls.
 
 mod act;
+mod gate;
 pub mod objects;
 mod observe;
 pub mod plan;
@@ -122,6 +123,8 @@ impl Error {
 struct State {
     ctx: Arc<Context>,
     machines: Store<DynamicObject>,
+    /// Orders creations by priority when many windows open at once.
+    gate: gate::CreationGate,
     /// Last phase per object, for the phase gauge.
     phases: Mutex<HashMap<ObjectRef<ScheduledMachine>, Phase>>,
 }
@@ -164,14 +167,9 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
     let deleting = sm.metadata.deletion_timestamp.is_some();
     if !deleting && !sm.finalizers().iter().any(|f| f == FINALIZER) {
         // The finalizer goes on before anything is created, so nothing can be orphaned.
-        let patch =
-            serde_json::json!({"metadata": {"finalizers": [FINALIZER], "resourceVersion": sm.resource_version()}});
-        api.patch(&sm.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .map_err(|source| Error::Write {
-                what: "finalizer".into(),
-                source,
-            })?;
+        let mut finalizers = sm.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_owned());
+        set_finalizers(&api, sm, &finalizers).await?;
         return Ok(Requeue::await_change());
     }
     if deleting && !sm.finalizers().iter().any(|f| f == FINALIZER) {
@@ -181,7 +179,14 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
     let seen = observe::observe(sm, ctx, &state.machines).await?;
     let current = sm.status.clone().unwrap_or_default();
     let decision = decide(&current, &seen);
+    let permit = if decision.action == Action::Create {
+        let created = sm.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second());
+        Some(state.gate.acquire(sm.spec.priority, created).await)
+    } else {
+        None
+    };
     act(sm, ctx, &decision).await?;
+    drop(permit);
 
     if decision.status != current {
         if !deleting || !decision.release_finalizer {
@@ -197,20 +202,30 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
     state.record_phase(ObjectRef::from_obj(sm), decision.status.phase);
 
     if decision.release_finalizer {
-        let remaining: Vec<&String> = sm.finalizers().iter().filter(|f| *f != FINALIZER).collect();
-        let patch =
-            serde_json::json!({"metadata": {"finalizers": remaining, "resourceVersion": sm.resource_version()}});
-        api.patch(&sm.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-            .await
-            .map_err(|source| Error::Write {
-                what: "finalizer".into(),
-                source,
-            })?;
+        let remaining: Vec<String> = sm.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
+        set_finalizers(&api, sm, &remaining).await?;
         state.record_phase(ObjectRef::from_obj(sm), None);
     }
     Ok(decision.requeue.map_or_else(Requeue::await_change, |d| {
         Requeue::requeue(d.max(Duration::from_millis(10)))
     }))
+}
+
+/// Replace the finalizer list, guarded by the resourceVersion we read so that a concurrent
+/// change (e.g. another controller's finalizer) is never overwritten.
+async fn set_finalizers(
+    api: &Api<ScheduledMachine>,
+    sm: &ScheduledMachine,
+    finalizers: &[String],
+) -> Result<(), Error> {
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": sm.resource_version()}});
+    api.patch(&sm.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Write {
+            what: "finalizers".into(),
+            source,
+        })
 }
 
 async fn act(sm: &ScheduledMachine, ctx: &Context, decision: &Decision) -> Result<(), Error> {
@@ -340,9 +355,11 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     };
     tokio::spawn(synced);
 
+    let gate = gate::CreationGate::new(ctx.settings.max_concurrent_creations);
     let state = Arc::new(State {
         ctx: ctx.clone(),
         machines,
+        gate,
         phases: Mutex::default(),
     });
     controller

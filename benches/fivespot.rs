@@ -1,0 +1,191 @@
+//! 5-Spot benchmark: 1000 ScheduledMachines whose windows open at the same instant, against the
+//! real `caplv-manager` process. Reports the time from the edge until every Machine exists, the
+//! API requests per ScheduledMachine for that transition, the requests made while nothing is
+//! due, and the manager's resident memory. Run with `cargo bench --bench fivespot`.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a benchmark aborts on the first failure, like a test"
+)]
+
+use std::{
+    collections::BTreeMap,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use chrono::{Timelike, Utc};
+use kube::{Api, api::PostParams};
+
+const COUNT: usize = 1000;
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .expect("VmRSS")
+}
+
+fn count_phase(server: &memkube::Server, phase: &str) -> usize {
+    server
+        .list_objects("5spot.finos.org/v1alpha1", "ScheduledMachine", Some("default"))
+        .iter()
+        .filter(|o| o["status"]["phase"] == phase)
+        .count()
+}
+
+fn non_watch_requests(counts: &BTreeMap<(String, String, String), u64>) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for ((verb, resource, sub), n) in counts {
+        if verb != "watch" {
+            let key = if sub.is_empty() {
+                format!("{verb} {resource}")
+            } else {
+                format!("{verb} {resource}/{sub}")
+            };
+            *out.entry(key).or_default() += n;
+        }
+    }
+    out
+}
+
+async fn wait(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let server = memkube::Server::new();
+    let client = server.client();
+    server.install_crds(&caplv::api::crds()).expect("crds");
+    capi_sim::install(&client, capi_sim::CapiVersions::V1beta1)
+        .await
+        .expect("capi crds");
+    let sim = capi_sim::Simulator::builder(client.clone())
+        .versions(capi_sim::CapiVersions::V1beta1)
+        .build()
+        .spawn();
+    let addr = server.serve("127.0.0.1:0".parse().unwrap()).await.expect("serve");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, memkube::kubeconfig_yaml(addr)).unwrap();
+
+    let endpoint = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = endpoint.local_addr().unwrap().port();
+    for doc in [
+        "apiVersion: cluster.x-k8s.io/v1beta1\nkind: Cluster\nmetadata: {name: spot, namespace: default}\nspec:\n  infrastructureRef: {apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: LibvirtCluster, name: spot}\n".to_owned(),
+        format!("apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1\nkind: LibvirtCluster\nmetadata: {{name: spot, namespace: default}}\nspec:\n  controlPlaneEndpoint: {{host: 127.0.0.1, port: {port}}}\n"),
+        include_str!("../examples/seed/04-secret-worker-ignition.yaml").to_owned(),
+    ] {
+        server.put_object(serde_yaml::from_str(&doc).unwrap()).expect("seed object");
+    }
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_caplv-manager"))
+        .env("KUBECONFIG", &kubeconfig)
+        .args(["--metrics-addr", "127.0.0.1:0", "--log-filter", "warn"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn manager");
+
+    // Every window opens at the same minute boundary, at least 25 s away, for an hour.
+    let mut edge = (Utc::now() + chrono::Duration::seconds(25))
+        .with_second(0)
+        .unwrap()
+        .with_nanosecond(0)
+        .unwrap()
+        + chrono::Duration::minutes(1);
+    if edge - Utc::now() > chrono::Duration::seconds(85) {
+        edge -= chrono::Duration::minutes(1);
+    }
+    let cron = format!("{} {} * * *", edge.minute(), edge.hour());
+    let seed: serde_json::Value =
+        serde_yaml::from_str(include_str!("../examples/seed/05-scheduledmachine.yaml")).unwrap();
+    let api: Api<caplv::api::ScheduledMachine> = Api::namespaced(client.clone(), "default");
+    let created = Instant::now();
+    for i in 0..COUNT {
+        let mut sm = seed.clone();
+        sm["metadata"]["name"] = format!("w{i:04}").into();
+        sm["spec"]["schedule"] = serde_json::json!({"cron": cron, "duration": "1h", "timezone": "UTC"});
+        sm["spec"]["priority"] = ((i * 37) % 101).into();
+        api.create(&PostParams::default(), &serde_json::from_value(sm).unwrap())
+            .await
+            .expect("create");
+    }
+    wait("all Inactive", Duration::from_secs(120), || {
+        count_phase(&server, "Inactive") == COUNT
+    })
+    .await;
+    println!(
+        "created {COUNT} ScheduledMachines and saw them Inactive in {:.1}s",
+        created.elapsed().as_secs_f64()
+    );
+    let idle_rss = rss_kib(child.id());
+
+    let until_edge = (edge - Utc::now()).to_std().expect("edge still ahead");
+    tokio::time::sleep(until_edge.saturating_sub(Duration::from_secs(3))).await;
+    server.reset_counts();
+    tokio::time::sleep((edge - Utc::now()).to_std().unwrap_or_default()).await;
+    let all_machines = wait("all Machines", Duration::from_secs(300), || {
+        server
+            .list_objects("cluster.x-k8s.io/v1beta1", "Machine", Some("default"))
+            .len()
+            == COUNT
+    })
+    .await;
+    let all_active = wait("all Active", Duration::from_secs(300), || {
+        count_phase(&server, "Active") == COUNT
+    })
+    .await;
+    println!(
+        "window edge -> all {COUNT} Machines exist: {:.2}s; -> all Active: {:.2}s (after the Machines)",
+        all_machines.as_secs_f64(),
+        all_active.as_secs_f64()
+    );
+    let transition = non_watch_requests(&server.request_counts());
+    let caplv_requests: u64 = transition
+        .iter()
+        .filter(|(k, _)| {
+            k.contains("scheduledmachines")
+                || k.contains("libvirtmachines")
+                || k.contains("ignitionconfigs")
+                || k.starts_with("create machines")
+                || k.contains("events")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    println!("API requests during the transition (all clients, incl. the CAPI simulator):");
+    for (k, n) in &transition {
+        println!("  {k}: {n} ({:.2} per ScheduledMachine)", *n as f64 / COUNT as f64);
+    }
+    println!(
+        "requests on 5-Spot's own kinds, Machine creates and Events: {:.2} per ScheduledMachine",
+        caplv_requests as f64 / COUNT as f64
+    );
+    let active_rss = rss_kib(child.id());
+
+    // Nothing is due for an hour: nothing but watches should reach the server.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    server.reset_counts();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let quiet = non_watch_requests(&server.request_counts());
+    let quiet_total: u64 = quiet.values().sum();
+    println!("requests in 10 s between transitions (besides watches): {quiet_total} {quiet:?}");
+    println!(
+        "caplv-manager RSS: {:.1} MiB with {COUNT} Inactive, {:.1} MiB with {COUNT} Active",
+        idle_rss as f64 / 1024.0,
+        active_rss as f64 / 1024.0
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    sim.stop().await.expect("sim");
+    server.shutdown();
+}

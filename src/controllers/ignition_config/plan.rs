@@ -1,0 +1,630 @@
+//! The pure half of the controller: from what was read to the data Secret and status to write.
+//!
+//! Nothing here performs I/O, so every decision (which reason, whether to write, what stays
+//! latched) is unit-tested without an API server.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::Secret,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
+};
+use kube::{Resource, ResourceExt};
+
+use crate::{
+    api::{
+        CLUSTER_NAME_LABEL,
+        condition::{self, DesiredCondition, Status},
+        ignition_config::{BootstrapInitialization, IgnitionConfig, IgnitionConfigStatus},
+    },
+    ignition::{self, MAX_CONFIG_BYTES},
+};
+
+/// `type` of the bootstrap data Secret, as the CAPI contract requires.
+pub const DATA_SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
+/// Key of the data Secret (and optionally of the source Secret) naming the payload format.
+pub const FORMAT_KEY: &str = "format";
+/// Key of the data Secret holding the bootstrap data.
+pub const VALUE_KEY: &str = "value";
+/// The only format the data Secret carries.
+pub const FORMAT_IGNITION: &str = "ignition";
+/// The source format translated with [`ignition::butane::translate`].
+pub const FORMAT_BUTANE: &str = "butane";
+
+/// Condition reasons this controller sets besides the Ignition library's own
+/// ([`ignition::Error::reason`]: `InvalidJSON`, `IgnitionSpec2`, `TooLarge`, ...).
+pub mod reason {
+    /// The data Secret holds the current bootstrap data.
+    pub const DATA_SECRET_CREATED: &str = "DataSecretCreated";
+    /// The Secret named by `spec.secretRef.name` does not exist.
+    pub const SOURCE_SECRET_NOT_FOUND: &str = "SourceSecretNotFound";
+    /// The source Secret has no `spec.secretRef.key`.
+    pub const SOURCE_KEY_NOT_FOUND: &str = "SourceKeyNotFound";
+    /// The source Secret's `format` key is neither `ignition` nor `butane`.
+    pub const UNSUPPORTED_FORMAT: &str = "UnsupportedFormat";
+    /// A Secret with the data Secret's name exists and is not owned by this IgnitionConfig.
+    pub const DATA_SECRET_CONFLICT: &str = "DataSecretConflict";
+    /// Reconciliation is paused.
+    pub const PAUSED: &str = "Paused";
+    /// Reconciliation is not paused.
+    pub const NOT_PAUSED: &str = "NotPaused";
+}
+
+/// Bootstrap data produced from a valid source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Payload {
+    /// The Ignition JSON: the source bytes unchanged for Ignition, the translation for Butane.
+    pub json: Vec<u8>,
+    /// Its Ignition spec version.
+    pub version: String,
+    /// Whether it was translated from Butane.
+    pub from_butane: bool,
+}
+
+/// Why no bootstrap data can be written. Messages name Secrets, keys, sizes, positions and
+/// versions, never the content.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// The source Secret does not exist.
+    SecretNotFound {
+        /// Secret name.
+        secret: String,
+    },
+    /// The source Secret lacks the key.
+    KeyNotFound {
+        /// Secret name.
+        secret: String,
+        /// The missing key.
+        key: String,
+    },
+    /// The source Secret's `format` is neither `ignition` nor `butane`.
+    UnsupportedFormat {
+        /// Secret name.
+        secret: String,
+    },
+    /// Validation or translation failed.
+    Invalid {
+        /// Secret name.
+        secret: String,
+        /// Key read.
+        key: String,
+        /// The library's error (content-free by construction).
+        error: ignition::Error,
+    },
+    /// A Secret with the data Secret's name exists and is not ours.
+    Conflict {
+        /// The data Secret name.
+        name: String,
+    },
+}
+
+impl Problem {
+    /// The condition reason.
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::SecretNotFound { .. } => reason::SOURCE_SECRET_NOT_FOUND,
+            Self::KeyNotFound { .. } => reason::SOURCE_KEY_NOT_FOUND,
+            Self::UnsupportedFormat { .. } => reason::UNSUPPORTED_FORMAT,
+            Self::Invalid { error, .. } => error.reason(),
+            Self::Conflict { .. } => reason::DATA_SECRET_CONFLICT,
+        }
+    }
+
+    /// The condition message.
+    #[must_use]
+    pub fn message(&self) -> String {
+        match self {
+            Self::SecretNotFound { secret } => {
+                format!("source Secret {secret:?} does not exist in this namespace; waiting for it")
+            }
+            Self::KeyNotFound { secret, key } => format!("source Secret {secret:?} has no key {key:?}"),
+            Self::UnsupportedFormat { secret } => format!(
+                "source Secret {secret:?} has a {FORMAT_KEY:?} key that is neither {FORMAT_IGNITION:?} nor {FORMAT_BUTANE:?}"
+            ),
+            Self::Invalid { secret, key, error } => format!("source Secret {secret:?} key {key:?}: {error}"),
+            Self::Conflict { name } => format!(
+                "Secret {name:?} already exists and is not owned by this IgnitionConfig; it is left alone (delete or \
+                 rename it to let the bootstrap data be written)"
+            ),
+        }
+    }
+}
+
+/// Whether the source Secret asks for Butane translation: its `format` key, trimmed,
+/// case-insensitive. `None` when the key holds something else.
+fn source_is_butane(data: &BTreeMap<String, ByteString>) -> Option<bool> {
+    let Some(format) = data.get(FORMAT_KEY) else {
+        return Some(false);
+    };
+    let format = String::from_utf8_lossy(&format.0);
+    let format = format.trim();
+    if format.eq_ignore_ascii_case(FORMAT_BUTANE) {
+        Some(true)
+    } else if format.eq_ignore_ascii_case(FORMAT_IGNITION) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Validate (or translate) the source Secret's payload. `source` is `None` when the Secret
+/// does not exist.
+///
+/// # Errors
+/// The [`Problem`] that prevents writing bootstrap data.
+pub fn payload(secret: &str, key: &str, source: Option<&Secret>) -> Result<Payload, Problem> {
+    let Some(source) = source else {
+        return Err(Problem::SecretNotFound {
+            secret: secret.to_owned(),
+        });
+    };
+    let empty = BTreeMap::new();
+    let data = source.data.as_ref().unwrap_or(&empty);
+    let Some(bytes) = data.get(key) else {
+        return Err(Problem::KeyNotFound {
+            secret: secret.to_owned(),
+            key: key.to_owned(),
+        });
+    };
+    let invalid = |error| Problem::Invalid {
+        secret: secret.to_owned(),
+        key: key.to_owned(),
+        error,
+    };
+    match source_is_butane(data) {
+        None => Err(Problem::UnsupportedFormat {
+            secret: secret.to_owned(),
+        }),
+        Some(true) => {
+            let translated = ignition::butane::translate(&bytes.0).map_err(invalid)?;
+            if translated.json.len() > MAX_CONFIG_BYTES {
+                return Err(invalid(ignition::Error::TooLarge {
+                    size: translated.json.len(),
+                    limit: MAX_CONFIG_BYTES,
+                }));
+            }
+            Ok(Payload {
+                json: translated.json,
+                version: translated.version,
+                from_butane: true,
+            })
+        }
+        Some(false) => {
+            let validated = ignition::validate(&bytes.0).map_err(invalid)?;
+            Ok(Payload {
+                json: bytes.0.clone(),
+                version: validated.version,
+                from_butane: false,
+            })
+        }
+    }
+}
+
+/// The Secret with the data Secret's name, as found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Existing {
+    /// No such Secret.
+    Absent,
+    /// It carries an ownerRef to this IgnitionConfig.
+    Ours(Box<Secret>),
+    /// Someone else's: never overwritten.
+    Foreign,
+}
+
+impl Existing {
+    /// Classify `found` against the IgnitionConfig's `uid`.
+    #[must_use]
+    pub fn classify(found: Option<Secret>, uid: &str) -> Self {
+        match found {
+            None => Self::Absent,
+            Some(s) if s.owner_references().iter().any(|r| r.uid == uid) => Self::Ours(Box::new(s)),
+            Some(_) => Self::Foreign,
+        }
+    }
+}
+
+/// What a reconcile found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observation {
+    /// The IgnitionConfig or its Cluster is paused.
+    Paused,
+    /// Everything needed to decide.
+    Active {
+        /// The payload, or why there is none.
+        source: Result<Payload, Problem>,
+        /// The data Secret as it is.
+        existing: Existing,
+        /// The cluster name for the label, when known.
+        cluster_name: Option<String>,
+    },
+}
+
+/// The decision of one reconcile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The data Secret to apply, when it must change.
+    pub write: Option<Secret>,
+    /// The status (written only when it differs from the current one).
+    pub status: IgnitionConfigStatus,
+}
+
+/// The data Secret for `config`: same name and namespace, contract type, `value` + `format`,
+/// cluster-name label when known, controller ownerRef to the IgnitionConfig.
+#[must_use]
+pub fn data_secret(config: &IgnitionConfig, payload: &Payload, cluster_name: Option<&str>) -> Secret {
+    let owner = OwnerReference {
+        api_version: IgnitionConfig::api_version(&()).into_owned(),
+        kind: IgnitionConfig::kind(&()).into_owned(),
+        name: config.name_any(),
+        uid: config.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    };
+    let labels = cluster_name.map(|c| BTreeMap::from([(CLUSTER_NAME_LABEL.to_owned(), c.to_owned())]));
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(config.name_any()),
+            namespace: config.namespace(),
+            labels,
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        type_: Some(DATA_SECRET_TYPE.to_owned()),
+        data: Some(BTreeMap::from([
+            (VALUE_KEY.to_owned(), ByteString(payload.json.clone())),
+            (FORMAT_KEY.to_owned(), ByteString(FORMAT_IGNITION.as_bytes().to_vec())),
+        ])),
+        ..Secret::default()
+    }
+}
+
+/// Whether `existing` lacks anything `desired` sets. Fields others added (extra keys, labels)
+/// are left alone; a label we no longer want is removed by the apply only if we set it.
+#[must_use]
+pub fn differs(existing: &Secret, desired: &Secret) -> bool {
+    let empty = BTreeMap::new();
+    let have = existing.data.as_ref().unwrap_or(&empty);
+    let data_differs = desired
+        .data
+        .iter()
+        .flatten()
+        .any(|(k, v)| have.get(k) != Some(v));
+    let labels_differ = desired
+        .labels()
+        .iter()
+        .any(|(k, v)| existing.labels().get(k) != Some(v));
+    let owner_differs = desired.owner_references().iter().any(|want| {
+        !existing
+            .owner_references()
+            .iter()
+            .any(|r| r.uid == want.uid && r.controller == want.controller)
+    });
+    existing.type_ != desired.type_ || data_differs || labels_differ || owner_differs
+}
+
+/// Whether the one-time contract signal has been given.
+fn latched(current: &IgnitionConfigStatus) -> bool {
+    current.ready
+        || current
+            .initialization
+            .as_ref()
+            .and_then(|i| i.data_secret_created)
+            .unwrap_or(false)
+}
+
+/// Decide the data Secret write and the status. Pure.
+#[must_use]
+pub fn plan(config: &IgnitionConfig, observation: &Observation, now: &Time) -> Plan {
+    let current = config.status.clone().unwrap_or_default();
+    let generation = config.metadata.generation;
+    let Observation::Active {
+        source,
+        existing,
+        cluster_name,
+    } = observation
+    else {
+        let paused = DesiredCondition::new(
+            condition::PAUSED,
+            Status::True,
+            reason::PAUSED,
+            "reconciliation is paused by the Cluster or the cluster.x-k8s.io/paused annotation",
+        );
+        let status = IgnitionConfigStatus {
+            conditions: condition::merge(&current.conditions, &paused, now, generation),
+            observed_generation: generation,
+            ..current
+        };
+        return Plan { write: None, status };
+    };
+    let not_paused = DesiredCondition::new(condition::PAUSED, Status::False, reason::NOT_PAUSED, "");
+    let name = config.name_any();
+    let outcome = source.as_ref().map_err(Clone::clone).and_then(|p| match existing {
+        Existing::Foreign => Err(Problem::Conflict { name: name.clone() }),
+        Existing::Absent | Existing::Ours(_) => Ok(p),
+    });
+    let (write, ready_condition, ready_now) = match outcome {
+        Ok(p) => {
+            let desired = data_secret(config, p, cluster_name.as_deref());
+            let write = match existing {
+                Existing::Ours(s) if !differs(s, &desired) => None,
+                _ => Some(desired),
+            };
+            let origin = if p.from_butane { ", translated from Butane" } else { "" };
+            let message = format!(
+                "data Secret {name:?} holds Ignition {} ({} bytes{origin})",
+                p.version,
+                p.json.len()
+            );
+            let ready = DesiredCondition::new(condition::READY, Status::True, reason::DATA_SECRET_CREATED, message);
+            (write, ready, true)
+        }
+        Err(problem) => {
+            let ready = DesiredCondition::new(condition::READY, Status::False, problem.reason(), problem.message());
+            (None, ready, false)
+        }
+    };
+    let created = latched(&current) || ready_now;
+    let status = IgnitionConfigStatus {
+        ready: created,
+        data_secret_name: created.then_some(name),
+        initialization: Some(BootstrapInitialization {
+            data_secret_created: Some(created),
+        }),
+        conditions: condition::merge_all(&current.conditions, &[not_paused, ready_condition], now, generation),
+        observed_generation: generation,
+    };
+    Plan { write, status }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ignition_config::{IgnitionConfigSpec, IgnitionSecretReference};
+
+    const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPlanTestSecretKey";
+
+    fn time(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    fn config() -> IgnitionConfig {
+        let mut c = IgnitionConfig::new(
+            "w1",
+            IgnitionConfigSpec {
+                secret_ref: IgnitionSecretReference {
+                    name: "src".into(),
+                    key: "value".into(),
+                },
+            },
+        );
+        c.metadata.namespace = Some("default".into());
+        c.metadata.uid = Some("uid-1".into());
+        c.metadata.generation = Some(2);
+        c
+    }
+
+    fn source(pairs: &[(&str, &[u8])]) -> Secret {
+        Secret {
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    fn ignition_with_key() -> Vec<u8> {
+        format!(r#"{{"ignition":{{"version":"3.4.0"}},"passwd":{{"users":[{{"name":"core","sshAuthorizedKeys":["{KEY}"]}}]}}}}"#)
+            .into_bytes()
+    }
+
+    fn active(source: Result<Payload, Problem>, existing: Existing) -> Observation {
+        Observation::Active {
+            source,
+            existing,
+            cluster_name: Some("spot".into()),
+        }
+    }
+
+    fn ready_of(status: &IgnitionConfigStatus) -> (String, String, String) {
+        let c = condition::find(&status.conditions, condition::READY).unwrap();
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    #[test]
+    fn ignition_source_is_passed_through_unchanged() {
+        let bytes = ignition_with_key();
+        let p = payload("src", "value", Some(&source(&[("value", &bytes)]))).unwrap();
+        assert_eq!(p.json, bytes);
+        assert_eq!(p.version, "3.4.0");
+        assert!(!p.from_butane);
+        let explicit = payload(
+            "src",
+            "value",
+            Some(&source(&[("value", &bytes), ("format", b" Ignition\n")])),
+        );
+        assert_eq!(explicit.unwrap().json, bytes);
+    }
+
+    #[test]
+    fn butane_source_is_translated() {
+        let yaml = format!("variant: fcos\nversion: 1.5.0\npasswd:\n  users:\n    - name: core\n      ssh_authorized_keys: [\"{KEY}\"]\n");
+        let p = payload(
+            "src",
+            "value",
+            Some(&source(&[("value", yaml.as_bytes()), ("format", b"butane\n")])),
+        )
+        .unwrap();
+        assert!(p.from_butane);
+        assert_eq!(p.version, "3.4.0");
+        crate::ignition::validate(&p.json).unwrap();
+    }
+
+    #[test]
+    fn each_source_problem_has_its_reason_and_never_the_content() {
+        let mut spec2 = ignition_with_key();
+        spec2 = String::from_utf8(spec2).unwrap().replace("3.4.0", "2.2.0").into_bytes();
+        let not_json = format!("{{not json {KEY}").into_bytes();
+        let big = vec![b' '; MAX_CONFIG_BYTES + 1];
+        let bad_butane = format!("variant: fcos\nversion: 1.5.0\nstorage:\n  filesystems:\n    - device: {KEY}\n");
+        let cases: Vec<(Option<Secret>, &str)> = vec![
+            (None, "SourceSecretNotFound"),
+            (Some(source(&[("other", &spec2)])), "SourceKeyNotFound"),
+            (Some(source(&[("value", &not_json)])), "InvalidJSON"),
+            (Some(source(&[("value", &spec2)])), "IgnitionSpec2"),
+            (Some(source(&[("value", &big)])), "TooLarge"),
+            (
+                Some(source(&[("value", &ignition_with_key()), ("format", b"cloud-config")])),
+                "UnsupportedFormat",
+            ),
+            (
+                Some(source(&[("value", bad_butane.as_bytes()), ("format", b"butane")])),
+                "UnsupportedButaneField",
+            ),
+        ];
+        for (secret, want) in cases {
+            let problem = payload("src", "value", secret.as_ref()).unwrap_err();
+            assert_eq!(problem.reason(), want);
+            let message = problem.message();
+            assert!(!message.contains(KEY), "{message}");
+            assert!(message.contains("src"), "{message}");
+            if want == "UnsupportedButaneField" {
+                assert!(message.contains("storage.filesystems"), "{message}");
+            }
+        }
+    }
+
+    #[test]
+    fn first_success_writes_the_contract_secret_and_latches() {
+        let p = payload("src", "value", Some(&source(&[("value", &ignition_with_key())]))).unwrap();
+        let plan = plan(
+            &config(),
+            &active(Ok(p.clone()), Existing::Absent),
+            &time("2026-01-01T00:00:00Z"),
+        );
+        let secret = plan.write.unwrap();
+        assert_eq!(secret.metadata.name.as_deref(), Some("w1"));
+        assert_eq!(secret.type_.as_deref(), Some(DATA_SECRET_TYPE));
+        let data = secret.data.as_ref().unwrap();
+        assert_eq!(data["value"].0, p.json);
+        assert_eq!(data["format"].0, b"ignition");
+        assert_eq!(secret.labels()[CLUSTER_NAME_LABEL], "spot");
+        let owner = &secret.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("IgnitionConfig", "uid-1", Some(true))
+        );
+        assert!(plan.status.ready);
+        assert_eq!(plan.status.data_secret_name.as_deref(), Some("w1"));
+        assert_eq!(plan.status.initialization.as_ref().unwrap().data_secret_created, Some(true));
+        assert_eq!(plan.status.observed_generation, Some(2));
+        let (status, reason, message) = ready_of(&plan.status);
+        assert_eq!((status.as_str(), reason.as_str()), ("True", "DataSecretCreated"));
+        assert!(message.contains("3.4.0") && !message.contains(KEY), "{message}");
+    }
+
+    #[test]
+    fn an_identical_secret_is_not_rewritten_and_the_status_is_stable() {
+        let p = payload("src", "value", Some(&source(&[("value", &ignition_with_key())]))).unwrap();
+        let mut c = config();
+        let first = plan(&c, &active(Ok(p.clone()), Existing::Absent), &time("2026-01-01T00:00:00Z"));
+        let mut stored = first.write.clone().unwrap();
+        stored
+            .data
+            .as_mut()
+            .unwrap()
+            .insert("extra".into(), ByteString(b"x".to_vec()));
+        c.status = Some(first.status.clone());
+        let second = plan(
+            &c,
+            &active(Ok(p), Existing::Ours(Box::new(stored))),
+            &time("2026-01-01T00:01:00Z"),
+        );
+        assert_eq!(second.write, None);
+        assert_eq!(second.status, first.status);
+    }
+
+    #[test]
+    fn an_edited_or_relabelled_secret_is_restored() {
+        let p = payload("src", "value", Some(&source(&[("value", &ignition_with_key())]))).unwrap();
+        let desired = data_secret(&config(), &p, Some("spot"));
+        let mut edited = desired.clone();
+        edited
+            .data
+            .as_mut()
+            .unwrap()
+            .insert("value".into(), ByteString(b"{}".to_vec()));
+        assert!(differs(&edited, &desired));
+        let mut unlabelled = desired.clone();
+        unlabelled.metadata.labels = None;
+        assert!(differs(&unlabelled, &desired));
+        assert!(!differs(&desired, &data_secret(&config(), &p, None)));
+    }
+
+    #[test]
+    fn a_foreign_secret_is_a_conflict_and_never_written() {
+        let p = payload("src", "value", Some(&source(&[("value", &ignition_with_key())]))).unwrap();
+        let found = Secret::default();
+        let existing = Existing::classify(Some(found), "uid-1");
+        assert_eq!(existing, Existing::Foreign);
+        let plan = plan(&config(), &active(Ok(p), existing), &time("2026-01-01T00:00:00Z"));
+        assert_eq!(plan.write, None);
+        assert!(!plan.status.ready);
+        assert_eq!(plan.status.data_secret_name, None);
+        assert_eq!(ready_of(&plan.status).1, "DataSecretConflict");
+    }
+
+    #[test]
+    fn a_later_problem_keeps_ready_latched_and_writes_nothing() {
+        let p = payload("src", "value", Some(&source(&[("value", &ignition_with_key())]))).unwrap();
+        let mut c = config();
+        let up = plan(&c, &active(Ok(p), Existing::Absent), &time("2026-01-01T00:00:00Z"));
+        c.status = Some(up.status);
+        let problem = payload("src", "value", Some(&source(&[("value", b"{not json")]))).unwrap_err();
+        let down = plan(
+            &c,
+            &active(Err(problem), Existing::Absent),
+            &time("2026-01-01T00:01:00Z"),
+        );
+        assert_eq!(down.write, None);
+        assert!(down.status.ready, "dataSecretCreated is a one-time signal");
+        assert_eq!(down.status.data_secret_name.as_deref(), Some("w1"));
+        let (status, reason, _) = ready_of(&down.status);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidJSON"));
+    }
+
+    #[test]
+    fn a_first_problem_is_not_ready() {
+        let plan = plan(
+            &config(),
+            &active(
+                Err(Problem::SecretNotFound { secret: "src".into() }),
+                Existing::Absent,
+            ),
+            &time("2026-01-01T00:00:00Z"),
+        );
+        assert!(!plan.status.ready);
+        assert_eq!(plan.status.initialization.as_ref().unwrap().data_secret_created, Some(false));
+        assert_eq!(ready_of(&plan.status).1, "SourceSecretNotFound");
+    }
+
+    #[test]
+    fn paused_only_sets_the_paused_condition() {
+        let p = payload("src", "value", Some(&source(&[("value", &ignition_with_key())]))).unwrap();
+        let mut c = config();
+        let up = plan(&c, &active(Ok(p), Existing::Absent), &time("2026-01-01T00:00:00Z"));
+        c.status = Some(up.status.clone());
+        let paused = plan(&c, &Observation::Paused, &time("2026-01-01T00:01:00Z"));
+        assert_eq!(paused.write, None);
+        assert!(condition::is_true(&paused.status.conditions, condition::PAUSED));
+        assert_eq!(
+            condition::find(&paused.status.conditions, condition::READY),
+            condition::find(&up.status.conditions, condition::READY)
+        );
+        assert!(paused.status.ready);
+    }
+}
