@@ -98,6 +98,12 @@ pub fn prepare(crd: &mut Value, _is_create: bool) -> ApiResult<Vec<ResourceInfo>
         if v.pointer("/subresources/status").is_some() {
             subresources.push("status".to_string());
         }
+        let scale = v
+            .pointer("/subresources/scale")
+            .and_then(crate::scale::ScalePaths::from_crd);
+        if scale.is_some() {
+            subresources.push("scale".to_string());
+        }
         infos.push(ResourceInfo {
             group: group.clone(),
             version: vname,
@@ -115,6 +121,7 @@ pub fn prepare(crd: &mut Value, _is_create: bool) -> ApiResult<Vec<ResourceInfo>
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default(),
+            scale,
         });
     }
     if !errs.is_empty() {

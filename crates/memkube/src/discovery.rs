@@ -78,6 +78,10 @@ pub fn resources(reg: &Registry, group: &str, version: &str) -> Option<Value> {
         out.push(r);
         for s in &i.subresources {
             let sub = match s.as_str() {
+                "scale" => {
+                    json!({"name": format!("{}/scale", i.plural), "singularName": "", "namespaced": i.namespaced,
+                    "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]})
+                }
                 "eviction" => {
                     json!({"name": format!("{}/eviction", i.plural), "singularName": "", "namespaced": i.namespaced,
                     "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]})

@@ -88,7 +88,7 @@ impl State {
             .store
             .list(&key, ns)
             .into_iter()
-            .filter(|o| sel.matches(o))
+            .filter(|o| sel.matches(&crate::ops::present(info, o.clone())))
             .collect();
         let mut out = vec![];
         for v in victims {

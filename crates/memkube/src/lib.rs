@@ -48,9 +48,26 @@
 //!   selector transitions (ADDED/DELETED), timeouts, DELETED with the final object.
 //! - Table output, also on watches (`kubectl get -w`): CRDs show Name plus their declared
 //!   printer columns (Name and Age when they declare none, as the apiextensions server does;
-//!   `date` columns render as ages like `5m`); built-ins show kubectl's usual columns;
+//!   `date` columns render as ages like `5m`, and as `<invalid>` when in the future);
+//!   printer-column JSONPath handles `.a.b`, escaped dots (`.a.b\.c`), quoted keys
+//!   (`.metadata.labels['cluster\.x-k8s\.io/cluster-name']`), `[n]`, `[-n]`, `[*]` and
+//!   `[?(@.k=="v")]`; built-ins show kubectl's usual columns;
 //!   `PartialObjectMetadata` responses for metadata-only clients; eviction with
 //!   PodDisruptionBudgets (429); CSR `approval`; `meta.k8s.io/v1 Status` errors.
+//! - Events: core `v1` and `events.k8s.io/v1` Events are one stored resource with two views
+//!   converted field by field (`note`/`message`, `regarding`/`involvedObject`,
+//!   `reportingController`/`reportingComponent`, `deprecatedSource`/`source`,
+//!   `deprecated{Count,FirstTimestamp,LastTimestamp}`/`count`, `firstTimestamp`,
+//!   `lastTimestamp`; `eventTime`, `series`, `action`, `reason`, `type`, `related`,
+//!   `reportingInstance` shared). Create, update, patch, list, watch and field selectors
+//!   (`involvedObject.uid=...` as `kubectl describe` sends, `regarding.name=...`) work in
+//!   either view, so kube-runtime's `Recorder` (create, then merge-patch of `series`) shows
+//!   up in `kubectl get events` (the apiserver's LAST SEEN/TYPE/REASON/OBJECT/MESSAGE Table,
+//!   wide columns included) and `kubectl describe`.
+//! - apps/v1 Deployment, DaemonSet, ReplicaSet and StatefulSet with `status` subresources,
+//!   the `all` category (with pods and services) and `spec.replicas` defaulted to 1; the
+//!   `scale` subresource (`autoscaling/v1 Scale`, `kubectl scale`) on Deployments,
+//!   ReplicaSets, StatefulSets and CRDs declaring `subresources.scale`.
 //!
 //! ## Simplified
 //! - Server-side apply field sets cover maps and lists whose items share a `type`, `name`,
@@ -64,7 +81,14 @@
 //! - Pods are never scheduled or run; deleting a pod is immediate (no grace period);
 //!   PodDisruptionBudget status is kept current by the server (pods count as healthy when
 //!   their Ready condition is True, or when Running without conditions).
-//! - Core `Event` and `events.k8s.io` events are stored separately.
+//! - Events: the core view fills an empty `source` from `reportingComponent`/
+//!   `reportingInstance` and the `events.k8s.io` view an empty `reportingController`/
+//!   `reportingInstance` from `source` (what `kubectl describe` shows as From; a real
+//!   server leaves them empty). Fields unknown to `events.k8s.io/v1` are dropped on writes
+//!   through that view; no event-specific validation (required `eventTime`, `action`, ...)
+//!   and no TTL.
+//! - No controllers: workloads never get pods or status unless a test writes them; of the
+//!   built-in defaults only apps/v1 `spec.replicas` is applied.
 //! - Unknown-field detection (`fieldValidation`) applies to custom resources only; built-in
 //!   kinds are stored as sent.
 //! - No authentication, authorization, admission webhooks, aggregated discovery or protobuf
@@ -74,9 +98,10 @@ pub mod schema;
 
 mod crd;
 mod discovery;
+mod events;
 mod eviction;
 mod gc;
-pub mod hooks;
+mod hooks;
 mod index;
 mod meta;
 mod objects;
@@ -84,6 +109,7 @@ mod ops;
 mod patch;
 mod registry;
 mod routes;
+mod scale;
 mod selectors;
 mod server;
 mod ssa;

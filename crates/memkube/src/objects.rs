@@ -15,8 +15,17 @@ pub(crate) fn is_dns_subdomain(s: &str) -> bool {
         && s.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
-/// Set `apiVersion`/`kind` to the version the client asked for.
-pub fn present(info: &ResourceInfo, mut obj: Value) -> Value {
+/// A stored object as the version the client asked for serves it: converted (Events have two
+/// views of one stored resource) and with that version's `apiVersion`/`kind`.
+pub fn present(info: &ResourceInfo, obj: Value) -> Value {
+    if crate::events::is_event(info) {
+        return label(info, crate::events::present(info, obj));
+    }
+    label(info, obj)
+}
+
+/// Set `apiVersion`/`kind` to the version the client asked for (no conversion).
+pub fn label(info: &ResourceInfo, mut obj: Value) -> Value {
     if let Value::Object(m) = &mut obj {
         m.insert("apiVersion".into(), json!(info.api_version()));
         m.insert("kind".into(), json!(info.kind));
@@ -150,7 +159,7 @@ pub(crate) fn merge_for_update(info: &ResourceInfo, old: &Value, body: Value, su
             None => m.remove(k),
         };
     }
-    present(info, new)
+    label(info, new)
 }
 
 /// Paths (`spec.a`, `spec.list[0].b`) present in `before` but dropped in `after` (pruning);

@@ -4,7 +4,7 @@
 
 use crate::meta::{self, meta_mut};
 pub use crate::objects::present;
-use crate::objects::{apply_conflict, check_type, content, is_dns_subdomain, merge_for_update, strip_volatile};
+use crate::objects::{apply_conflict, check_type, content, is_dns_subdomain, label, merge_for_update, strip_volatile};
 use crate::registry::{Registry, ResourceInfo};
 use crate::status::{ApiError, ApiResult};
 use crate::store::Store;
@@ -240,7 +240,7 @@ impl State {
         if info.plural == "namespaces" && info.group.is_empty() {
             obj["spec"] = json!({"finalizers": ["kubernetes"]});
         }
-        let obj = present(info, obj);
+        let obj = label(info, obj);
         self.finish(info, None, obj, opts, op, None, fields)
     }
 
@@ -275,6 +275,7 @@ impl State {
             .get(&info.store_key(), ns_of(info, ns), name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(&info.plural, &info.group, name))?;
+        let old = present(info, old);
         let rv = meta::resource_version(&body);
         if !rv.is_empty() && rv != meta::resource_version(&old) {
             return Err(ApiError::conflict(&info.plural, &info.group, name));
@@ -411,6 +412,7 @@ impl State {
         fields: Value,
     ) -> ApiResult<Value> {
         let name = meta::name(&new).to_string();
+        builtin_defaults(info, &mut new);
         self.schema_check(info, &mut new, old, opts)?;
         let is_crd = info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions";
         let crd_infos = if is_crd {
@@ -434,7 +436,7 @@ impl State {
             if strip_volatile(old) == strip_volatile(&new) {
                 // Unchanged content: a no-op, unless an apply changes field ownership.
                 if op != "Apply" {
-                    return Ok(present(info, old.clone()));
+                    return Ok(label(info, old.clone()));
                 }
                 let mut owned = new.clone();
                 ssa::record(
@@ -447,7 +449,7 @@ impl State {
                     &fields,
                 );
                 if ssa::without_time(old) == ssa::without_time(&owned) {
-                    return Ok(present(info, old.clone()));
+                    return Ok(label(info, old.clone()));
                 }
             }
             let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
@@ -461,6 +463,11 @@ impl State {
         if opts.dry_run {
             return Ok(new);
         }
+        let new = if crate::events::is_event(info) {
+            crate::events::to_storage(info, new)
+        } else {
+            new
+        };
         let key = info.store_key();
         let ns = meta::namespace(&new).to_string();
         if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() {
@@ -499,6 +506,17 @@ impl State {
                 }
             }
         }
+    }
+}
+
+/// The few built-in defaults controllers rely on: apps/v1 workloads get `spec.replicas: 1`.
+fn builtin_defaults(info: &ResourceInfo, obj: &mut Value) {
+    if info.group == "apps"
+        && matches!(info.plural.as_str(), "deployments" | "replicasets" | "statefulsets")
+        && let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+        && spec.get("replicas").is_none_or(Value::is_null)
+    {
+        spec.insert("replicas".into(), json!(1));
     }
 }
 

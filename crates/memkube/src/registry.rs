@@ -32,6 +32,8 @@ pub struct ResourceInfo {
     pub schema: Option<CompiledSchema>,
     /// `additionalPrinterColumns` of this version.
     pub printer_columns: Vec<Value>,
+    /// Replica paths of the `scale` subresource.
+    pub scale: Option<crate::scale::ScalePaths>,
 }
 
 impl ResourceInfo {
@@ -49,11 +51,25 @@ impl ResourceInfo {
             crd: false,
             schema: None,
             printer_columns: vec![],
+            scale: None,
         }
     }
 
     fn short(mut self, s: &[&str]) -> Self {
         self.short_names = s.iter().map(|x| x.to_string()).collect();
+        self
+    }
+
+    /// A `scale` subresource at the apps/v1 paths.
+    fn scalable(mut self) -> Self {
+        self.subresources.push("scale".into());
+        self.scale = Some(crate::scale::ScalePaths::apps());
+        self
+    }
+
+    /// In the `all` category (`kubectl get all`).
+    fn all(mut self) -> Self {
+        self.categories = vec!["all".into()];
         self
     }
 
@@ -73,6 +89,9 @@ impl ResourceInfo {
 
     /// Key under which objects are stored (shared by all versions of a kind).
     pub fn store_key(&self) -> String {
+        if crate::events::is_event(self) {
+            return crate::events::STORE_KEY.into();
+        }
         format!("{}/{}", self.group, self.plural)
     }
 
@@ -132,12 +151,14 @@ impl Registry {
             b("", "v1", "nodes", "Node", false).short(&["no"]).subs(&["status"]),
             b("", "v1", "pods", "Pod", true)
                 .short(&["po"])
-                .subs(&["status", "eviction"]),
+                .subs(&["status", "eviction"])
+                .all(),
             b("", "v1", "events", "Event", true).short(&["ev"]),
             b("", "v1", "serviceaccounts", "ServiceAccount", true).short(&["sa"]),
             b("", "v1", "services", "Service", true)
                 .short(&["svc"])
-                .subs(&["status"]),
+                .subs(&["status"])
+                .all(),
             b("events.k8s.io", "v1", "events", "Event", true).short(&["ev"]),
             b("coordination.k8s.io", "v1", "leases", "Lease", true),
             b(
@@ -163,7 +184,23 @@ impl Registry {
             .subs(&["status"]),
             b("apps", "v1", "deployments", "Deployment", true)
                 .short(&["deploy"])
-                .subs(&["status"]),
+                .subs(&["status"])
+                .scalable()
+                .all(),
+            b("apps", "v1", "daemonsets", "DaemonSet", true)
+                .short(&["ds"])
+                .subs(&["status"])
+                .all(),
+            b("apps", "v1", "replicasets", "ReplicaSet", true)
+                .short(&["rs"])
+                .subs(&["status"])
+                .scalable()
+                .all(),
+            b("apps", "v1", "statefulsets", "StatefulSet", true)
+                .short(&["sts"])
+                .subs(&["status"])
+                .scalable()
+                .all(),
             b("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", false),
             b(
                 "rbac.authorization.k8s.io",
@@ -243,6 +280,7 @@ impl Registry {
             .filter(|i| i.namespaced)
             .map(|i| i.store_key())
             .collect();
+        keys.sort();
         keys.dedup();
         keys
     }

@@ -273,6 +273,9 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
         })
     };
     let list_ns = rp.ns.clone().filter(|_| info.namespaced);
+    if sub == Some("scale") {
+        return scale_request(&shared, &info, &ns, &name, verb, &ct, &bytes, &opts);
+    }
     match verb {
         "watch" => {
             let p = WatchParams {
@@ -297,6 +300,7 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
                 .store
                 .list(&info.store_key(), list_ns.as_deref())
                 .into_iter()
+                .map(|o| present(&info, o))
                 .filter(|o| sel.matches(o))
                 .collect();
             drop(st);
@@ -314,7 +318,6 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
                     md["continue"] = json!(continue_token(crate::meta::namespace(last), crate::meta::name(last)));
                 }
             }
-            let items: Vec<Value> = items.into_iter().map(|o| present(&info, o)).collect();
             if table {
                 return Ok(json_resp(200, &crate::table::table(&info, &items, &rv, &include)));
             }
@@ -415,6 +418,59 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
             ))
         }
     }
+}
+
+/// GET, PUT or PATCH on `/scale`: an `autoscaling/v1 Scale` view of the parent's replicas.
+#[allow(clippy::too_many_arguments)]
+fn scale_request(
+    shared: &Shared,
+    info: &crate::registry::ResourceInfo,
+    ns: &str,
+    name: &str,
+    verb: &str,
+    ct: &str,
+    bytes: &[u8],
+    opts: &WriteOpts,
+) -> ApiResult<Response> {
+    let mut st = shared.lock();
+    let key_ns = if info.namespaced { ns } else { "" };
+    let cur = st
+        .store
+        .get(&info.store_key(), key_ns, name)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(&info.plural, &info.group, name))?;
+    let cur = present(info, cur);
+    let scale = crate::scale::scale_of(info, &cur);
+    let wanted = match verb {
+        "get" => return Ok(json_resp(200, &scale)),
+        "update" => decode(ct, bytes)?,
+        "patch" => {
+            let pt = patch_type(ct)?;
+            let body = if pt == PatchType::Apply {
+                decode("application/yaml", bytes)?
+            } else {
+                decode("application/json", bytes)?
+            };
+            let mut s = scale;
+            match pt {
+                PatchType::Merge | PatchType::Apply => crate::patch::merge(&mut s, &body),
+                PatchType::Strategic => crate::patch::strategic(&mut s, &body),
+                PatchType::Json => crate::patch::json_patch(&mut s, &body).map_err(|e| match e {
+                    crate::patch::JsonPatchError::Decode(m) => ApiError::bad_request(m),
+                    crate::patch::JsonPatchError::Apply(m) => ApiError::new(
+                        422,
+                        "Invalid",
+                        format!("the server rejected our request due to an error in our request: {m}"),
+                    ),
+                })?,
+            }
+            s
+        }
+        _ => return Err(ApiError::method_not_allowed()),
+    };
+    let obj = crate::scale::apply_scale(info, &cur, &wanted)?;
+    let out = st.update(info, ns, name, obj, None, opts)?;
+    Ok(with_warnings(json_resp(200, &crate::scale::scale_of(info, &out)), opts))
 }
 
 fn delete_opts(ct: &str, bytes: &[u8], q: &HashMap<String, String>) -> ApiResult<DeleteOpts> {

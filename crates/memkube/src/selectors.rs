@@ -221,6 +221,11 @@ impl FieldSelector {
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(k, eq, v)| (field_value(obj, k) == *v) == *eq)
     }
+
+    /// True when there are no requirements.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// Both selectors of a list or watch request.

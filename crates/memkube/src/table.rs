@@ -4,8 +4,12 @@
 use crate::registry::ResourceInfo;
 use serde_json::{Value, json};
 
-/// kubectl's HumanDuration formatting of an age.
+/// kubectl's HumanDuration formatting of an age; a timestamp more than a second in the
+/// future is `<invalid>`, as the apiserver prints it.
 pub fn human_age(secs: i64) -> String {
+    if secs < -1 {
+        return "<invalid>".into();
+    }
     let s = secs.max(0);
     let m = s / 60;
     let h = s / 3600;
@@ -41,59 +45,118 @@ pub fn human_age(secs: i64) -> String {
     }
 }
 
-fn age_of(ts: &str) -> String {
+/// Age of an RFC 3339 timestamp as a Table cell.
+pub(crate) fn age_of(ts: &str) -> String {
     match chrono::DateTime::parse_from_rfc3339(ts) {
         Ok(t) => human_age((chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds()),
         Err(_) => "<unknown>".into(),
     }
 }
 
-/// Evaluate a simple JSONPath (`.a.b`, `.a[0].b`, `.a[?(@.k=="v")].b`); first match wins.
-pub fn jsonpath(obj: &Value, path: &str) -> Option<Value> {
+/// One step of a parsed JSONPath.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Field(String),
+    All,
+    Index(i64),
+    Filter(String, String),
+}
+
+/// Read a dotted field name up to an unescaped `.` or `[`; `\.` is a literal dot.
+fn field_name(r: &str) -> (String, &str) {
+    let mut name = String::new();
+    let mut chars = r.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some((_, n)) = chars.next() {
+                    name.push(n);
+                }
+            }
+            '.' | '[' => return (name, &r[i..]),
+            _ => name.push(c),
+        }
+    }
+    (name, "")
+}
+
+/// Parse `.a.b`, `.a\.b`, `.a['b\.c']`, `.a[0]`, `.a[-1]`, `.a[*]`, `.a[?(@.k=="v")]`.
+fn parse_jsonpath(path: &str) -> Option<Vec<Step>> {
     let p = path.trim().trim_start_matches('{').trim_end_matches('}');
-    let p = p.strip_prefix('$').unwrap_or(p);
-    let mut cur: Vec<Value> = vec![obj.clone()];
-    let mut rest = p;
+    let mut rest = p.strip_prefix('$').unwrap_or(p);
+    let mut steps = vec![];
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix('.') {
-            let end = r.find(['.', '[']).unwrap_or(r.len());
-            let field = &r[..end];
-            cur = cur.iter().filter_map(|v| v.get(field).cloned()).collect();
-            rest = &r[end..];
+            let (name, r) = field_name(r);
+            steps.push(if name == "*" { Step::All } else { Step::Field(name) });
+            rest = r;
         } else if let Some(r) = rest.strip_prefix("[?(") {
             let end = r.find(")]")?;
-            let expr = &r[..end];
-            rest = &r[end + 2..];
-            let (lhs, rhs) = expr.split_once("==")?;
+            let (lhs, rhs) = r[..end].split_once("==")?;
             let key = lhs.trim().strip_prefix("@.")?;
             let want = rhs.trim().trim_matches(|c| c == '"' || c == '\'');
-            cur = cur
-                .iter()
-                .filter_map(Value::as_array)
-                .flatten()
-                .filter(|it| {
-                    jsonpath(it, &format!(".{key}")).is_some_and(|v| match v {
-                        Value::String(s) => s == want,
-                        other => other == want,
-                    })
-                })
-                .cloned()
-                .collect();
+            steps.push(Step::Filter(key.to_string(), want.to_string()));
+            rest = &r[end + 2..];
+        } else if let Some(r) = rest.strip_prefix("['").or_else(|| rest.strip_prefix("[\"")) {
+            // A quoted key is itself a dotted path (kubectl's `{$.<key>}`), so dots inside
+            // must be escaped: `['cluster\.x-k8s\.io/cluster-name']`.
+            let quote = if rest.starts_with("['") { "']" } else { "\"]" };
+            let end = r.find(quote)?;
+            steps.extend(parse_jsonpath(&format!(".{}", &r[..end]))?);
+            rest = &r[end + 2..];
         } else if let Some(r) = rest.strip_prefix('[') {
             let end = r.find(']')?;
-            let idx = &r[..end];
-            rest = &r[end + 1..];
-            if idx == "*" {
-                cur = cur.iter().filter_map(Value::as_array).flatten().cloned().collect();
+            let idx = r[..end].trim();
+            steps.push(if idx == "*" {
+                Step::All
             } else {
-                let i: usize = idx.parse().ok()?;
-                cur = cur.iter().filter_map(|v| v.get(i).cloned()).collect();
-            }
+                Step::Index(idx.parse().ok()?)
+            });
+            rest = &r[end + 1..];
         } else {
             return None;
         }
     }
-    cur.into_iter().next()
+    Some(steps)
+}
+
+/// Evaluate a simple JSONPath (see [`parse_jsonpath`]); first match wins.
+pub fn jsonpath(obj: &Value, path: &str) -> Option<Value> {
+    let steps = parse_jsonpath(path)?;
+    let mut cur: Vec<&Value> = vec![obj];
+    for step in &steps {
+        cur = match step {
+            Step::Field(f) => cur.iter().filter_map(|v| v.get(f.as_str())).collect(),
+            Step::All => cur
+                .iter()
+                .flat_map(|v| match v {
+                    Value::Array(a) => a.iter().collect::<Vec<_>>(),
+                    Value::Object(m) => m.values().collect(),
+                    _ => vec![],
+                })
+                .collect(),
+            Step::Index(i) => cur
+                .iter()
+                .filter_map(|v| {
+                    let a = v.as_array()?;
+                    let i = if *i < 0 { a.len() as i64 + i } else { *i };
+                    a.get(usize::try_from(i).ok()?)
+                })
+                .collect(),
+            Step::Filter(key, want) => cur
+                .iter()
+                .filter_map(|v| v.as_array())
+                .flatten()
+                .filter(|it| {
+                    jsonpath(it, &format!(".{key}")).is_some_and(|v| match v {
+                        Value::String(s) => s == *want,
+                        other => serde_json::from_str::<Value>(want).is_ok_and(|w| w == other),
+                    })
+                })
+                .collect(),
+        };
+    }
+    cur.into_iter().next().cloned()
 }
 
 fn col(name: &str, typ: &str, format: &str, desc: &str) -> Value {
@@ -120,6 +183,10 @@ fn count(o: &Value, p: &str) -> usize {
         Some(Value::Array(a)) => a.len(),
         _ => 0,
     }
+}
+
+fn int(o: &Value, p: &str) -> i64 {
+    o.pointer(p).and_then(Value::as_i64).unwrap_or(0)
 }
 
 fn age_cell() -> (Value, CellFn) {
@@ -250,6 +317,41 @@ fn builtin_columns(info: &ResourceInfo) -> Vec<(Value, CellFn)> {
             }),
             age_cell(),
         ],
+        ("apps", "daemonsets") => vec![
+            c("Desired", |o| json!(int(o, "/status/desiredNumberScheduled"))),
+            c("Current", |o| json!(int(o, "/status/currentNumberScheduled"))),
+            c("Ready", |o| json!(int(o, "/status/numberReady"))),
+            c("Up-to-date", |o| json!(int(o, "/status/updatedNumberScheduled"))),
+            c("Available", |o| json!(int(o, "/status/numberAvailable"))),
+            c("Node Selector", |o| {
+                let sel: Vec<String> = o
+                    .pointer("/spec/template/spec/nodeSelector")
+                    .and_then(Value::as_object)
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                or_none(sel.join(","), "<none>")
+            }),
+            age_cell(),
+        ],
+        ("apps", "replicasets") => vec![
+            c("Desired", |o| {
+                json!(o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1))
+            }),
+            c("Current", |o| json!(int(o, "/status/replicas"))),
+            c("Ready", |o| json!(int(o, "/status/readyReplicas"))),
+            age_cell(),
+        ],
+        ("apps", "statefulsets") => vec![
+            c("Ready", |o| {
+                let want = o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+                json!(format!("{}/{want}", int(o, "/status/readyReplicas")))
+            }),
+            age_cell(),
+        ],
         ("coordination.k8s.io", "leases") => {
             vec![c("Holder", |o| json!(text(o, "/spec/holderIdentity"))), age_cell()]
         }
@@ -288,8 +390,33 @@ pub fn partial(o: &Value) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o.get("metadata").cloned().unwrap_or(json!({}))})
 }
 
+/// Attach the row's object as `includeObject` asks.
+fn row(mut row: Value, o: &Value, include_object: &str) -> Value {
+    match include_object {
+        "None" => {}
+        "Object" => row["object"] = o.clone(),
+        _ => row["object"] = partial(o),
+    }
+    row
+}
+
 /// Build the Table for `objs` (already presented in the request's version).
 pub fn table(info: &ResourceInfo, objs: &[Value], rv: &str, include_object: &str) -> Value {
+    if crate::events::is_event(info) {
+        // The apiserver's event printer has no leading Name column (Name is a wide column).
+        let rows: Vec<Value> = objs
+            .iter()
+            .map(|o| {
+                let cells = if crate::events::is_new_api(info) {
+                    crate::events::table_cells(&crate::events::to_core(o.clone()))
+                } else {
+                    crate::events::table_cells(o)
+                };
+                row(json!({"cells": cells}), o, include_object)
+            })
+            .collect();
+        return json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv}, "columnDefinitions": crate::events::table_columns(), "rows": rows});
+    }
     let mut cols = vec![col("Name", "string", "name", "Name must be unique within a namespace.")];
     let mut cells: Vec<CellFn> = vec![Box::new(|o: &Value| json!(crate::meta::name(o)))];
     if info.crd && !info.printer_columns.is_empty() {
@@ -326,15 +453,11 @@ pub fn table(info: &ResourceInfo, objs: &[Value], rv: &str, include_object: &str
     let rows: Vec<Value> = objs
         .iter()
         .map(|o| {
-            let mut row = json!({"cells": cells.iter().map(|f| f(o)).collect::<Vec<_>>()});
-            match include_object {
-                "None" => {}
-                "Object" => row["object"] = o.clone(),
-                _ => {
-                    row["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o.get("metadata").cloned().unwrap_or(json!({}))})
-                }
-            }
-            row
+            row(
+                json!({"cells": cells.iter().map(|f| f(o)).collect::<Vec<_>>()}),
+                o,
+                include_object,
+            )
         })
         .collect();
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv}, "columnDefinitions": cols, "rows": rows})
@@ -358,5 +481,32 @@ mod tests {
         assert_eq!(human_age(7200), "120m");
         assert_eq!(human_age(4 * 86400), "4d");
         assert_eq!(human_age(9 * 86400), "9d");
+        assert_eq!(human_age(-1), "0s");
+        assert_eq!(human_age(-2), "<invalid>");
+        assert_eq!(age_of("2999-01-01T00:00:00Z"), "<invalid>");
+        assert_eq!(age_of("bogus"), "<unknown>");
+    }
+
+    #[test]
+    fn quoted_and_escaped_keys() {
+        let o = json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "c1", "foo": "bar"}},
+            "a": {"b": {"c": 1}}, "list": [1, 2, 3], "conds": [{"n": 2, "v": "x"}]});
+        assert_eq!(
+            jsonpath(&o, r".metadata.labels['cluster\.x-k8s\.io/cluster-name']"),
+            Some(json!("c1"))
+        );
+        assert_eq!(
+            jsonpath(&o, r".metadata.labels.cluster\.x-k8s\.io/cluster-name"),
+            Some(json!("c1"))
+        );
+        assert_eq!(jsonpath(&o, ".metadata.labels.foo"), Some(json!("bar")));
+        assert_eq!(jsonpath(&o, "{.metadata.labels['foo']}"), Some(json!("bar")));
+        // an unescaped dot inside quotes is a path separator, as in kubectl
+        assert_eq!(jsonpath(&o, ".a['b.c']"), Some(json!(1)));
+        assert_eq!(jsonpath(&o, ".list[-1]"), Some(json!(3)));
+        assert_eq!(jsonpath(&o, ".list[*]"), Some(json!(1)));
+        assert_eq!(jsonpath(&o, ".conds[?(@.n==2)].v"), Some(json!("x")));
+        assert_eq!(jsonpath(&o, ".metadata.labels['missing']"), None);
+        assert_eq!(jsonpath(&o, ".list[x]"), None);
     }
 }

@@ -43,7 +43,15 @@ struct Filter {
 
 impl Filter {
     fn matches(&self, o: &Value) -> bool {
-        self.ns.as_deref().is_none_or(|ns| crate::meta::namespace(o) == ns) && self.sel.matches(o)
+        self.ns.as_deref().is_none_or(|ns| crate::meta::namespace(o) == ns) && self.sel_matches(o)
+    }
+
+    /// Selectors see the object as this watcher's version shows it (Events convert).
+    fn sel_matches(&self, o: &Value) -> bool {
+        if crate::events::is_event(&self.info) && !self.sel.fields.is_empty() {
+            return self.sel.matches(&present(&self.info, o.clone()));
+        }
+        self.sel.matches(o)
     }
 
     /// Translate a store event into what this watcher sees, if anything.
@@ -119,7 +127,7 @@ pub fn start(
         let mut expired = false;
         if p.send_initial_events || rv_param.is_empty() || rv_param == "0" {
             for o in st.store.list(&key, filter.ns.as_deref()) {
-                if filter.sel.matches(&o) {
+                if filter.sel_matches(&o) {
                     first.push(filter.line("ADDED", o));
                 }
             }

@@ -272,6 +272,188 @@ async fn get_watch_streams_changes() {
 }
 
 #[tokio::test]
+async fn events_from_a_recorder_show_in_get_and_describe() {
+    use kube::Resource;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let env = with_crd().await;
+    let w = env.write("w1.yaml", W1);
+    env.ok(&["apply", "-f", &w]).await;
+    let obj = env
+        ._server
+        .get_object("example.com/v1", "Widget", "default", "w1")
+        .unwrap();
+    let dynobj: kube::api::DynamicObject = serde_json::from_value(obj).unwrap();
+    let rec = Recorder::new(
+        env._server.client(),
+        Reporter {
+            controller: "widget-ctrl".into(),
+            instance: None,
+        },
+    );
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "Frobbed".into(),
+        note: Some("frobbed the widget".into()),
+        action: "Frob".into(),
+        secondary: None,
+    };
+    let oref = dynobj.object_ref(&kube::api::ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    });
+    rec.publish(&ev, &oref).await.unwrap();
+    rec.publish(&ev, &oref).await.unwrap();
+
+    let out = env.ok(&["get", "events"]).await;
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"], "{out}");
+    let row = lines.next().unwrap();
+    assert!(
+        row.contains("Warning")
+            && row.contains("Frobbed")
+            && row.contains("widget/w1")
+            && row.contains("frobbed the widget"),
+        "{out}"
+    );
+    let wide = env.ok(&["get", "events", "-o", "wide"]).await;
+    assert!(wide.contains("widget-ctrl"), "{wide}");
+
+    let desc = env.ok(&["describe", "widget", "w1"]).await;
+    let events = desc.split("Events:").nth(1).unwrap_or_else(|| panic!("{desc}"));
+    assert!(
+        events.contains("Warning")
+            && events.contains("Frobbed")
+            && events.contains("widget-ctrl")
+            && events.contains("frobbed the widget"),
+        "{desc}"
+    );
+    assert!(events.contains("x2 over"), "series count shown: {desc}");
+}
+
+const CLUSTERS_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: machines.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: machines, singular: machine, kind: Machine}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}
+    additionalPrinterColumns:
+    - name: Cluster
+      type: string
+      jsonPath: .metadata.labels['cluster\.x-k8s\.io/cluster-name']
+    - {name: Role, type: string, jsonPath: .metadata.labels.role}
+    - {name: Expires, type: date, jsonPath: .spec.expires}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              expires: {type: string, format: date-time}
+              size: {type: integer}
+              replicas: {type: integer}
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+#[tokio::test]
+async fn printer_columns_quoted_keys_and_future_dates() {
+    let env = Env::new().await;
+    let crd = env.write("crd.yaml", CLUSTERS_CRD);
+    env.ok(&["apply", "-f", &crd]).await;
+    env.ok(&[
+        "wait",
+        "--for",
+        "condition=established",
+        "crd/machines.example.com",
+        "--timeout=10s",
+    ])
+    .await;
+    let m = env.write(
+        "m.yaml",
+        "apiVersion: example.com/v1\nkind: Machine\nmetadata:\n  name: m1\n  labels:\n    cluster.x-k8s.io/cluster-name: c1\n    role: worker\nspec:\n  expires: \"2999-01-01T00:00:00Z\"\n  size: 1\n",
+    );
+    env.ok(&["apply", "-f", &m]).await;
+    let out = env.ok(&["get", "machines"]).await;
+    let mut lines = out.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "CLUSTER", "ROLE", "EXPIRES"], "{out}");
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(row, ["m1", "c1", "worker", "<invalid>"], "{out}");
+
+    let mut child = env
+        .cmd(&["get", "machines", "-w", "--output-watch-events"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let seen = Arc::new(Mutex::new(String::new()));
+    let s2 = seen.clone();
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        while let Ok(Some(l)) = lines.next_line().await {
+            let mut s = s2.lock().unwrap();
+            s.push_str(&l);
+            s.push('\n');
+        }
+    });
+    let wait_for = |pred: fn(&str) -> bool| {
+        let seen = seen.clone();
+        async move {
+            let end = tokio::time::Instant::now() + DEADLINE;
+            while !pred(&seen.lock().unwrap()) {
+                assert!(
+                    tokio::time::Instant::now() < end,
+                    "watch output: {}",
+                    seen.lock().unwrap()
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    wait_for(|s| s.contains("ADDED")).await;
+    env.ok(&["label", "--overwrite", "machine", "m1", "role=control-plane"])
+        .await;
+    wait_for(|s| {
+        s.lines()
+            .any(|l| l.contains("MODIFIED") && l.contains("control-plane") && l.contains("<invalid>"))
+    })
+    .await;
+    env.ok(&["patch", "machine", "m1", "--type=merge", "-p", r#"{"spec":{"size":2}}"#])
+        .await;
+    wait_for(|s| s.matches("MODIFIED").count() >= 2).await;
+    child.kill().await.unwrap();
+
+    // `kubectl scale` goes through the scale subresource
+    env.ok(&["scale", "machine", "m1", "--replicas=4"]).await;
+    let got = env
+        .ok(&["get", "machine", "m1", "-o", "jsonpath={.spec.replicas}"])
+        .await;
+    assert_eq!(got, "4");
+    let d = env.write(
+        "d.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  selector:\n    matchLabels: {app: d}\n  template:\n    metadata:\n      labels: {app: d}\n    spec:\n      containers: [{name: c, image: i}]\n",
+    );
+    env.ok(&["apply", "-f", &d]).await;
+    env.ok(&["scale", "deployment", "d", "--replicas=3"]).await;
+    let got = env.ok(&["get", "deploy", "d", "-o", "jsonpath={.spec.replicas}"]).await;
+    assert_eq!(got, "3");
+}
+
+#[tokio::test]
 async fn bad_input_is_reported_like_an_apiserver() {
     let env = with_crd().await;
 

@@ -375,10 +375,245 @@ async fn event_recorder_publishes() {
     };
     rec.publish(&ev, &w.object_ref(&())).await.unwrap();
     rec.publish(&ev, &w.object_ref(&())).await.unwrap();
-    let evs: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(client);
+    let evs: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(client.clone());
     let list = evs.list(&ListParams::default()).await.unwrap();
     assert_eq!(list.items.len(), 1, "the second publish updates the series");
     assert_eq!(list.items[0].reason.as_deref(), Some("Tested"));
+    assert_eq!(list.items[0].series.as_ref().map(|s| s.count), Some(2));
+
+    // the same event through the core v1 view, selected as `kubectl describe` does
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(client.clone());
+    let sel = format!(
+        "involvedObject.name=ev,involvedObject.namespace=default,involvedObject.kind=Widget,involvedObject.uid={}",
+        w.uid().unwrap()
+    );
+    let got = core.list(&ListParams::default().fields(&sel)).await.unwrap();
+    assert_eq!(got.items.len(), 1);
+    let e = &got.items[0];
+    assert_eq!(e.message.as_deref(), Some("hello"));
+    assert_eq!(e.involved_object.name.as_deref(), Some("ev"));
+    assert_eq!(e.involved_object.kind.as_deref(), Some("Widget"));
+    assert_eq!(e.reporting_component.as_deref(), Some("test-ctrl"));
+    assert_eq!(e.reporting_instance.as_deref(), Some("test-ctrl"));
+    assert_eq!(
+        e.source.as_ref().and_then(|s| s.component.as_deref()),
+        Some("test-ctrl")
+    );
+    assert_eq!(e.action.as_deref(), Some("Test"));
+    assert_eq!(e.series.as_ref().map(|s| s.count), Some(Some(2)));
+    assert!(e.event_time.is_some());
+    let other = core
+        .list(&ListParams::default().fields("involvedObject.name=other"))
+        .await
+        .unwrap();
+    assert!(other.items.is_empty());
+    let name = e.metadata.name.clone().unwrap();
+
+    // the Table `kubectl get events` prints: no leading Name column
+    let req = http::Request::get("/api/v1/namespaces/default/events")
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .body(Vec::new())
+        .unwrap();
+    let t: Value = client.request(req).await.unwrap();
+    let cols: Vec<(&str, i64)> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["priority"].as_i64().unwrap()))
+        .filter(|(_, p)| *p == 0)
+        .collect();
+    assert_eq!(
+        cols.iter().map(|c| c.0).collect::<Vec<_>>(),
+        ["Last Seen", "Type", "Reason", "Object", "Message"]
+    );
+    let row = &t["rows"][0]["cells"];
+    assert_eq!(row[1], "Normal");
+    assert_eq!(row[2], "Tested");
+    assert_eq!(row[3], "widget/ev");
+    assert_eq!(row[6], "hello");
+    assert_eq!(row[8], 2);
+
+    // a watch on the core view sees the Recorder's series PATCH
+    let mut stream = core
+        .watch(
+            &kube::api::WatchParams::default(),
+            &got.metadata.resource_version.clone().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    rec.publish(&ev, &w.object_ref(&())).await.unwrap();
+    match stream.try_next().await.unwrap().unwrap() {
+        WatchEvent::Modified(e) => {
+            assert_eq!(e.series.and_then(|s| s.count), Some(3));
+            assert_eq!(e.message.as_deref(), Some("hello"));
+        }
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+
+    // writes through the core view show up in events.k8s.io/v1 and vice versa
+    core.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"message": "changed", "count": 5, "source": {"component": "x"}})),
+    )
+    .await
+    .unwrap();
+    let n = evs.get(&name).await.unwrap();
+    assert_eq!(n.note.as_deref(), Some("changed"));
+    assert_eq!(n.deprecated_count, Some(5));
+    assert_eq!(n.deprecated_source.and_then(|s| s.component).as_deref(), Some("x"));
+    assert_eq!(n.reporting_controller.as_deref(), Some("test-ctrl"));
+    let created: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": {"name": "legacy.1"},
+        "involvedObject": {"kind": "Widget", "name": "ev", "namespace": "default"},
+        "reason": "Old", "message": "legacy", "type": "Warning",
+        "source": {"component": "kubelet", "host": "n1"},
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z", "count": 1,
+    }))
+    .unwrap();
+    let out = core.create(&PostParams::default(), &created).await.unwrap();
+    assert_eq!(out.message.as_deref(), Some("legacy"));
+    let n = evs.get("legacy.1").await.unwrap();
+    assert_eq!(n.note.as_deref(), Some("legacy"));
+    assert_eq!(n.regarding.and_then(|r| r.name).as_deref(), Some("ev"));
+    assert_eq!(n.reporting_controller.as_deref(), Some("kubelet"));
+    assert_eq!(n.reporting_instance.as_deref(), Some("n1"));
+    assert!(n.deprecated_first_timestamp.is_some());
+    let by_regarding = evs
+        .list(&ListParams::default().fields("regarding.name=ev,reason=Old"))
+        .await
+        .unwrap();
+    assert_eq!(by_regarding.items.len(), 1);
+    let raw: Value = client
+        .request(
+            http::Request::get("/apis/events.k8s.io/v1/namespaces/default/events/legacy.1")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (raw["apiVersion"].as_str(), raw["kind"].as_str()),
+        (Some("events.k8s.io/v1"), Some("Event"))
+    );
+    assert!(
+        raw.get("message").is_none() && raw.get("involvedObject").is_none(),
+        "{raw}"
+    );
+    evs.delete("legacy.1", &DeleteParams::default()).await.unwrap();
+    assert_eq!(core.list(&ListParams::default()).await.unwrap().items.len(), 1);
+}
+
+#[tokio::test]
+async fn apps_workloads_own_pods() {
+    use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
+    let (server, client) = setup();
+    let spec = json!({"selector": {"matchLabels": {"app": "a"}},
+        "template": {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}});
+    let ds: Api<DaemonSet> = Api::default_namespaced(client.clone());
+    let d = ds
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "agent"}, "spec": spec, "status": {"numberReady": 9}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(d.status.is_none(), "status is a subresource");
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let mut p: Pod = serde_json::from_value(json!({"metadata": {"name": "agent-x"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+    .unwrap();
+    p.metadata.owner_references = Some(vec![d.controller_owner_ref(&()).unwrap()]);
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    assert!(
+        pods.get_opt("agent-x").await.unwrap().is_some(),
+        "owner exists: pod kept"
+    );
+    ds.patch_status(
+        "agent",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"desiredNumberScheduled": 1, "currentNumberScheduled": 1, "numberReady": 1, "numberMisscheduled": 0}})),
+    )
+    .await
+    .unwrap();
+    let req = http::Request::get("/apis/apps/v1/namespaces/default/daemonsets")
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .body(Vec::new())
+        .unwrap();
+    let t: Value = client.request(req).await.unwrap();
+    assert_eq!(t["rows"][0]["cells"][3], 1, "{t}");
+    ds.delete("agent", &DeleteParams::default()).await.unwrap();
+    assert!(
+        pods.get_opt("agent-x").await.unwrap().is_none(),
+        "owner gone: pod collected"
+    );
+
+    let rs: Api<ReplicaSet> = Api::default_namespaced(client.clone());
+    rs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "r"}, "spec": spec})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let sts: Api<StatefulSet> = Api::default_namespaced(client.clone());
+    let mut st: StatefulSet = serde_json::from_value(json!({"metadata": {"name": "s"}, "spec": spec})).unwrap();
+    st.spec.replicas = Some(2);
+    sts.create(&PostParams::default(), &st).await.unwrap();
+    let r = server.get_object("apps/v1", "ReplicaSet", "default", "r").unwrap();
+    assert_eq!(r["spec"]["replicas"], 1, "defaulted like the apiserver");
+    assert!(server.get_object("apps/v1", "StatefulSet", "default", "s").is_some());
+    let disc: Value = client
+        .request(http::Request::get("/apis/apps/v1").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    let names: Vec<&str> = disc["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    for n in [
+        "daemonsets",
+        "daemonsets/status",
+        "replicasets",
+        "statefulsets/status",
+        "statefulsets/scale",
+    ] {
+        assert!(names.contains(&n), "{names:?}");
+    }
+
+    // the scale subresource reads and writes the parent's replicas
+    let scale = sts.get_scale("s").await.unwrap();
+    assert_eq!(scale.spec.clone().unwrap().replicas, Some(2));
+    assert_eq!(scale.status.clone().unwrap().selector.as_deref(), Some("app=a"));
+    sts.patch_scale(
+        "s",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 5}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(sts.get("s").await.unwrap().spec.replicas, Some(5));
+    let mut stale = scale.clone();
+    stale.spec = Some(k8s_openapi::api::autoscaling::v1::ScaleSpec { replicas: Some(1) });
+    let err = api_err(
+        sts.replace_scale("s", &PostParams::default(), &stale)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 409);
+    let err = api_err(
+        sts.patch_scale(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": -1}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(err.code, 422);
 }
 
 #[tokio::test]
