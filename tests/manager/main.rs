@@ -8,6 +8,7 @@
 )]
 
 mod cli;
+mod ignition_config;
 mod leader;
 mod libvirt_cluster;
 mod sandbox;

@@ -3,7 +3,7 @@
 //!
 //! # Flow
 //! `deleting? → paused? → owner Machine → source Secret → validate or translate → data Secret →
-//! status`, split into [`observe`](self) (reads), [`plan::plan`] (pure decision) and the writes:
+//! status`, split into the reads (`observe`), a pure decision ([`plan::plan`]) and the writes:
 //! 1. A config being deleted is left alone: the data Secret carries a controller ownerRef to it,
 //!    so garbage collection removes the Secret; no finalizer is needed.
 //! 2. Paused (the `cluster.x-k8s.io/paused` annotation, or the Cluster's `spec.paused`): only the
@@ -68,7 +68,7 @@ use k8s_openapi::{
 };
 use kube::{
     Resource, ResourceExt,
-    api::{Api, DynamicObject, Patch, PatchParams, PartialObjectMeta},
+    api::{Api, DynamicObject, PartialObjectMeta, Patch, PatchParams},
     runtime::{
         controller::{Action, Controller},
         events::EventType,
@@ -169,7 +169,11 @@ async fn cluster_name(config: &IgnitionConfig, ctx: &Context, namespace: &str) -
             }
         }
     }
-    Ok(config.labels().get(CLUSTER_NAME_LABEL).filter(|c| !c.is_empty()).cloned())
+    Ok(config
+        .labels()
+        .get(CLUSTER_NAME_LABEL)
+        .filter(|c| !c.is_empty())
+        .cloned())
 }
 
 async fn observe(config: &IgnitionConfig, ctx: &Context) -> Result<Observation, Error> {
@@ -243,7 +247,11 @@ async fn apply(config: &IgnitionConfig, ctx: &Context) -> Result<Action, Error> 
     if let Some(secret) = write {
         let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
         secrets
-            .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&secret))
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&secret),
+            )
             .await
             .map_err(|source| Error::WriteSecret {
                 name: name.clone(),
@@ -259,7 +267,11 @@ async fn apply(config: &IgnitionConfig, ctx: &Context) -> Result<Action, Error> 
             .map_err(Error::PatchStatus)?;
         events = transitions(&current, &status);
     }
-    if wrote && !events.iter().any(|(_, reason, _)| reason == plan::reason::DATA_SECRET_CREATED) {
+    if wrote
+        && !events
+            .iter()
+            .any(|(_, reason, _)| reason == plan::reason::DATA_SECRET_CREATED)
+    {
         let message = condition::find(&status.conditions, condition::READY)
             .map(|c| c.message.clone())
             .unwrap_or_default();
@@ -332,20 +344,25 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
                 &secret.name_any(),
             )
         })
-        .watches_with(clusters, ctx.capi.cluster(), watcher::Config::default(), move |cluster| {
-            let namespace = cluster.namespace().unwrap_or_default();
-            let name = cluster.name_any();
-            let paused = ClusterView::decode(&cluster, capi).is_ok_and(|c| c.paused);
-            let key = (namespace.clone(), name.clone());
-            let previous = pause_seen
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(key, paused);
-            if previous == Some(paused) {
-                return Vec::new();
-            }
-            configs_for_cluster(&by_cluster, &namespace, &name)
-        })
+        .watches_with(
+            clusters,
+            ctx.capi.cluster(),
+            watcher::Config::default(),
+            move |cluster| {
+                let namespace = cluster.namespace().unwrap_or_default();
+                let name = cluster.name_any();
+                let paused = ClusterView::decode(&cluster, capi).is_ok_and(|c| c.paused);
+                let key = (namespace.clone(), name.clone());
+                let previous = pause_seen
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key, paused);
+                if previous == Some(paused) {
+                    return Vec::new();
+                }
+                configs_for_cluster(&by_cluster, &namespace, &name)
+            },
+        )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let metrics = ctx.metrics.clone();
     tokio::spawn(async move {

@@ -90,7 +90,7 @@ pub enum Problem {
         /// Key read.
         key: String,
         /// The library's error (content-free by construction).
-        error: ignition::Error,
+        error: Box<ignition::Error>,
     },
     /// A Secret with the data Secret's name exists and is not ours.
     Conflict {
@@ -171,7 +171,7 @@ pub fn payload(secret: &str, key: &str, source: Option<&Secret>) -> Result<Paylo
     let invalid = |error| Problem::Invalid {
         secret: secret.to_owned(),
         key: key.to_owned(),
-        error,
+        error: Box::new(error),
     };
     match source_is_butane(data) {
         None => Err(Problem::UnsupportedFormat {
@@ -286,11 +286,7 @@ pub fn data_secret(config: &IgnitionConfig, payload: &Payload, cluster_name: Opt
 pub fn differs(existing: &Secret, desired: &Secret) -> bool {
     let empty = BTreeMap::new();
     let have = existing.data.as_ref().unwrap_or(&empty);
-    let data_differs = desired
-        .data
-        .iter()
-        .flatten()
-        .any(|(k, v)| have.get(k) != Some(v));
+    let data_differs = desired.data.iter().flatten().any(|(k, v)| have.get(k) != Some(v));
     let labels_differ = desired
         .labels()
         .iter()
@@ -452,7 +448,9 @@ mod tests {
 
     #[test]
     fn butane_source_is_translated() {
-        let yaml = format!("variant: fcos\nversion: 1.5.0\npasswd:\n  users:\n    - name: core\n      ssh_authorized_keys: [\"{KEY}\"]\n");
+        let yaml = format!(
+            "variant: fcos\nversion: 1.5.0\npasswd:\n  users:\n    - name: core\n      ssh_authorized_keys: [\"{KEY}\"]\n"
+        );
         let p = payload(
             "src",
             "value",
@@ -520,7 +518,10 @@ mod tests {
         );
         assert!(plan.status.ready);
         assert_eq!(plan.status.data_secret_name.as_deref(), Some("w1"));
-        assert_eq!(plan.status.initialization.as_ref().unwrap().data_secret_created, Some(true));
+        assert_eq!(
+            plan.status.initialization.as_ref().unwrap().data_secret_created,
+            Some(true)
+        );
         assert_eq!(plan.status.observed_generation, Some(2));
         let (status, reason, message) = ready_of(&plan.status);
         assert_eq!((status.as_str(), reason.as_str()), ("True", "DataSecretCreated"));
@@ -531,7 +532,11 @@ mod tests {
     fn an_identical_secret_is_not_rewritten_and_the_status_is_stable() {
         let p = payload("src", "value", Some(&source(&[("value", &ignition_with_key())]))).unwrap();
         let mut c = config();
-        let first = plan(&c, &active(Ok(p.clone()), Existing::Absent), &time("2026-01-01T00:00:00Z"));
+        let first = plan(
+            &c,
+            &active(Ok(p.clone()), Existing::Absent),
+            &time("2026-01-01T00:00:00Z"),
+        );
         let mut stored = first.write.clone().unwrap();
         stored
             .data
@@ -601,14 +606,14 @@ mod tests {
     fn a_first_problem_is_not_ready() {
         let plan = plan(
             &config(),
-            &active(
-                Err(Problem::SecretNotFound { secret: "src".into() }),
-                Existing::Absent,
-            ),
+            &active(Err(Problem::SecretNotFound { secret: "src".into() }), Existing::Absent),
             &time("2026-01-01T00:00:00Z"),
         );
         assert!(!plan.status.ready);
-        assert_eq!(plan.status.initialization.as_ref().unwrap().data_secret_created, Some(false));
+        assert_eq!(
+            plan.status.initialization.as_ref().unwrap().data_secret_created,
+            Some(false)
+        );
         assert_eq!(ready_of(&plan.status).1, "SourceSecretNotFound");
     }
 
