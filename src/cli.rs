@@ -37,6 +37,31 @@ pub enum Command {
     /// Answer "when will my worker run?": evaluate a schedule and print
     /// `{"active":…,"nextTransition":…}` (UTC); exit 2 on an invalid schedule.
     Schedule(ScheduleArgs),
+    /// Ignition tools.
+    #[command(subcommand)]
+    Ignition(IgnitionCommand),
+}
+
+/// `ignition` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum IgnitionCommand {
+    /// Print the Ignition JSON a VM would receive: the bootstrap config with the machine's
+    /// hostname, provider ID and static network keyfile merged in.
+    Render(IgnitionRenderArgs),
+}
+
+/// Options of `ignition render`.
+#[derive(Debug, Args)]
+pub struct IgnitionRenderArgs {
+    /// The bootstrap Ignition JSON (e.g. the worker-ignition Secret's `value`, decoded).
+    #[arg(long, value_name = "FILE")]
+    pub bootstrap: PathBuf,
+    /// A LibvirtMachine manifest (YAML).
+    #[arg(long, value_name = "LIBVIRTMACHINE.yaml")]
+    pub machine: PathBuf,
+    /// Provider ID to inject instead of the derived `libvirt:///<uid>`.
+    #[arg(long, value_name = "ID")]
+    pub provider_id: Option<String>,
 }
 
 /// How logs are written.

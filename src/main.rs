@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use caplv::{
     app,
-    cli::{Cli, Command, RunArgs, ScheduleArgs},
+    cli::{Cli, Command, IgnitionCommand, RunArgs, ScheduleArgs},
     crds,
 };
 use clap::Parser;
@@ -16,18 +16,33 @@ async fn main() -> ExitCode {
         eprintln!("error: invalid --log-filter: {err}");
         return ExitCode::from(2);
     }
-    let result = match cli.command {
-        Some(Command::Crds(args)) => crds::run(&args),
-        Some(Command::Run(args)) => run(args).await,
-        Some(Command::Sandbox(args)) => caplv::sandbox::run(args).await,
-        Some(Command::Schedule(args)) => return schedule(&args),
-        None => run(cli.run).await,
-    };
+    match cli.command {
+        Some(Command::Crds(args)) => report(crds::run(&args)),
+        Some(Command::Schedule(args)) => schedule(&args),
+        Some(Command::Ignition(IgnitionCommand::Render(args))) => report(caplv::ignition_render::run(&args)),
+        Some(Command::Sandbox(args)) => log_outcome(caplv::sandbox::run(args).await),
+        Some(Command::Run(args)) => log_outcome(run(args).await),
+        None => log_outcome(run(cli.run).await),
+    }
+}
+
+/// A one-shot command's failure: one plain line on stderr.
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A long-running command's failure: logged in the chosen log format (stderr too).
+fn log_outcome(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!("{err:#}");
-            eprintln!("error: {err:#}");
             ExitCode::FAILURE
         }
     }

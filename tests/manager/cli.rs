@@ -268,3 +268,116 @@ fn an_invalid_schedule_exits_2_naming_field_and_token() {
         assert!(out.stdout.is_empty());
     }
 }
+
+fn machine_manifest(dir: &tempfile::TempDir, uid: Option<&str>) -> PathBuf {
+    let sm: serde_yaml::Value =
+        serde_yaml::from_str(include_str!("../../examples/seed/05-scheduledmachine.yaml")).unwrap();
+    let mut metadata = serde_yaml::Mapping::new();
+    metadata.insert("name".into(), "spot-worker-01".into());
+    if let Some(uid) = uid {
+        metadata.insert("uid".into(), uid.into());
+    }
+    let mut doc = serde_yaml::Mapping::new();
+    doc.insert("apiVersion".into(), "infrastructure.cluster.x-k8s.io/v1alpha1".into());
+    doc.insert("kind".into(), "LibvirtMachine".into());
+    doc.insert("metadata".into(), metadata.into());
+    doc.insert("spec".into(), sm["spec"]["infrastructureSpec"]["spec"].clone());
+    let path = dir.path().join("machine.yaml");
+    std::fs::write(&path, serde_yaml::to_string(&doc).unwrap()).unwrap();
+    path
+}
+
+#[test]
+fn ignition_render_shows_what_the_vm_receives() {
+    let dir = tempfile::tempdir().unwrap();
+    let bootstrap = dir.path().join("worker.ign");
+    std::fs::write(
+        &bootstrap,
+        r#"{"ignition":{"version":"3.2.0"},"passwd":{"users":[{"name":"core"}]}}"#,
+    )
+    .unwrap();
+    let uid = "3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b";
+    let machine = machine_manifest(&dir, Some(uid));
+    let out = manager()
+        .args(["ignition", "render", "--bootstrap"])
+        .arg(&bootstrap)
+        .arg("--machine")
+        .arg(&machine)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let config: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(config["ignition"]["version"], "3.2.0", "version kept");
+    assert_eq!(
+        config["passwd"]["users"][0]["name"], "core",
+        "the bootstrap's content kept"
+    );
+    let paths: Vec<&str> = config["storage"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        paths.contains(&"/etc/hostname")
+            && paths.contains(&"/etc/NetworkManager/system-connections/enp1s0.nmconnection")
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("libvirt:///{uid}")), "provider ID from the uid");
+    assert!(text.contains("192.168.122.100/24"), "static address");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("for node spot-worker-01"));
+
+    // A hand-written manifest without a uid still works, and says what it assumed.
+    let machine = machine_manifest(&dir, None);
+    let out = manager()
+        .args(["ignition", "render", "--bootstrap"])
+        .arg(&bootstrap)
+        .arg("--machine")
+        .arg(&machine)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no metadata.uid; using the stand-in provider ID"));
+}
+
+#[test]
+fn ignition_render_refuses_bad_input_without_echoing_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let machine = machine_manifest(&dir, None);
+    let bootstrap = dir.path().join("bad.ign");
+    std::fs::write(&bootstrap, "{not json ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIsecret").unwrap();
+    let out = manager()
+        .args(["ignition", "render", "--bootstrap"])
+        .arg(&bootstrap)
+        .arg("--machine")
+        .arg(&machine)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("not valid JSON") && !stderr.contains("AAAAC3Nza"),
+        "{stderr}"
+    );
+
+    std::fs::write(&bootstrap, r#"{"ignition":{"version":"2.2.0"}}"#).unwrap();
+    let out = manager()
+        .args(["ignition", "render", "--bootstrap"])
+        .arg(&bootstrap)
+        .arg("--machine")
+        .arg(&machine)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Accept: application/vnd.coreos.ignition+json"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = manager()
+        .args(["ignition", "render", "--bootstrap", "/nonexistent.ign", "--machine"])
+        .arg(&machine)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent.ign"));
+}

@@ -69,6 +69,74 @@ async fn the_seed_applies_unchanged_and_the_seed_query_works() {
         "printer columns shown:\n{table}"
     );
 
+    // The seed's Secret plus an IgnitionConfig give ready bootstrap data equal to the source ...
+    let manifests = dir.path().join("ignition.yaml");
+    std::fs::write(
+        &manifests,
+        "apiVersion: bootstrap.cluster.x-k8s.io/v1alpha1\nkind: IgnitionConfig\nmetadata: {name: seed-ignition, namespace: default}\n\
+         spec:\n  secretRef: {name: worker-ignition}\n---\n\
+         apiVersion: v1\nkind: Secret\nmetadata: {name: broken-source, namespace: default}\nstringData: {value: '{not json'}\n---\n\
+         apiVersion: bootstrap.cluster.x-k8s.io/v1alpha1\nkind: IgnitionConfig\nmetadata: {name: broken, namespace: default}\n\
+         spec:\n  secretRef: {name: broken-source}\n",
+    )
+    .unwrap();
+    let out = kubectl(&kubeconfig, &["apply", "-f", manifests.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let jsonpath =
+        |kubeconfig: &Path, args: &[&str]| String::from_utf8_lossy(&kubectl(kubeconfig, args).stdout).into_owned();
+    wait_until("seed-ignition ready", || async {
+        jsonpath(
+            &kubeconfig,
+            &[
+                "get",
+                "ignitionconfig",
+                "seed-ignition",
+                "-o",
+                "jsonpath={.status.ready}",
+            ],
+        ) == "true"
+    })
+    .await;
+    let data = jsonpath(
+        &kubeconfig,
+        &["get", "secret", "seed-ignition", "-o", "jsonpath={.data.value}"],
+    );
+    let source = jsonpath(
+        &kubeconfig,
+        &["get", "secret", "worker-ignition", "-o", "jsonpath={.data.value}"],
+    );
+    assert!(
+        !data.is_empty() && data == source,
+        "the data Secret carries the source Ignition unchanged"
+    );
+    // ... and a Secret holding `{not json` a False condition with a reason, and no data Secret.
+    wait_until("broken reports InvalidJSON", || async {
+        jsonpath(
+            &kubeconfig,
+            &[
+                "get",
+                "ignitionconfig",
+                "broken",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].reason}",
+            ],
+        ) == "InvalidJSON"
+    })
+    .await;
+    let data_secrets = jsonpath(
+        &kubeconfig,
+        &[
+            "get",
+            "secrets",
+            "-o",
+            "jsonpath={range .items[?(@.type==\"cluster.x-k8s.io/secret\")]}{.metadata.name} {end}",
+        ],
+    );
+    assert!(
+        !data_secrets.split_whitespace().any(|n| n == "broken"),
+        "no data Secret for broken: {data_secrets}"
+    );
+
     // The always-on variant of the seed's ScheduledMachine brings its objects up ...
     let always = r#"{"spec":{"schedule":{"daysOfWeek":["mon-sun"],"hoursOfDay":["0-23"]}}}"#;
     let out = kubectl(

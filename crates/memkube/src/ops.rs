@@ -509,8 +509,29 @@ impl State {
     }
 }
 
-/// The few built-in defaults controllers rely on: apps/v1 workloads get `spec.replicas: 1`.
+/// The few built-in defaults controllers rely on: apps/v1 workloads get `spec.replicas: 1`, and
+/// a Secret's write-only `stringData` is folded into `data` (base64), as the API server does.
 fn builtin_defaults(info: &ResourceInfo, obj: &mut Value) {
+    if info.group.is_empty()
+        && info.plural == "secrets"
+        && let Some(map) = obj.as_object_mut()
+        && let Some(Value::Object(strings)) = map.remove("stringData")
+    {
+        use base64::Engine as _;
+        let data = map.entry("data").or_insert_with(|| json!({}));
+        if !data.is_object() {
+            *data = json!({});
+        }
+        if let Some(data) = data.as_object_mut() {
+            for (key, value) in strings {
+                let text = match value {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                data.insert(key, json!(base64::engine::general_purpose::STANDARD.encode(text)));
+            }
+        }
+    }
     if info.group == "apps"
         && matches!(info.plural.as_str(), "deployments" | "replicasets" | "statefulsets")
         && let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)

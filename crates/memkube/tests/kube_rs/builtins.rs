@@ -776,3 +776,18 @@ async fn many_owned_objects_stay_fast() {
     );
     eprintln!("1500 owned writes: {elapsed:?}, cascade: {:?}", started.elapsed());
 }
+
+#[tokio::test]
+async fn secret_string_data_is_folded_into_data() {
+    let (_s, client) = setup();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::default_namespaced(client.clone());
+    let s: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({"metadata": {"name": "sd"},
+        "data": {"kept": "a2VwdA=="}, "stringData": {"value": "{not json", "kept": "over"}}))
+    .unwrap();
+    secrets.create(&PostParams::default(), &s).await.unwrap();
+    let got = secrets.get("sd").await.unwrap();
+    assert!(got.string_data.is_none(), "stringData is write-only");
+    let data = got.data.unwrap();
+    assert_eq!(data["value"].0, b"{not json");
+    assert_eq!(data["kept"].0, b"over", "stringData wins over data for the same key");
+}
