@@ -5,7 +5,8 @@ set -euo pipefail
 
 need_pkgs=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for pkg in pkg-config libvirt-dev; do
+# openssh-server: the SSH transport's tests run a private sshd on 127.0.0.1.
+for pkg in pkg-config libvirt-dev openssh-server; do
   have_pkg "$pkg" || need_pkgs+=("$pkg")
 done
 command -v kubectl >/dev/null 2>&1 || need_pkgs+=(kubernetes-client)

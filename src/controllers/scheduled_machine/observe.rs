@@ -71,11 +71,17 @@ pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<Dyna
         }
         None => None,
     };
-    let bootstrap_exists = match &refs.bootstrap {
-        Some(r) => exists_as_ours(ctx, &namespace, r, &name, &mut validity).await?,
-        None => false,
+    // While our Machine exists CAPI owns its bootstrap and infrastructure objects, so they are
+    // only looked up (two GETs) when there is no Machine and leftovers may need removing.
+    let (bootstrap_exists, infrastructure_exists) = if machine.is_some() {
+        (refs.bootstrap.is_some(), true)
+    } else {
+        let bootstrap = match &refs.bootstrap {
+            Some(r) => exists_as_ours(ctx, &namespace, r, &name, &mut validity).await?,
+            None => false,
+        };
+        (bootstrap, exists_as_ours(ctx, &namespace, &refs.infrastructure, &name, &mut validity).await?)
     };
-    let infrastructure_exists = exists_as_ours(ctx, &namespace, &refs.infrastructure, &name, &mut validity).await?;
 
     let wanted_active = matches!(validity, Validity::Valid { active: true, .. });
     let node = match machine.as_ref().and_then(|m| m.node_name.clone()) {
