@@ -80,7 +80,10 @@ pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<Dyna
             Some(r) => exists_as_ours(ctx, &namespace, r, &name, &mut validity).await?,
             None => false,
         };
-        (bootstrap, exists_as_ours(ctx, &namespace, &refs.infrastructure, &name, &mut validity).await?)
+        (
+            bootstrap,
+            exists_as_ours(ctx, &namespace, &refs.infrastructure, &name, &mut validity).await?,
+        )
     };
 
     let wanted_active = matches!(validity, Validity::Valid { active: true, .. });
