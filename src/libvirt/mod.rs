@@ -1,4 +1,11 @@
-//! Hypervisor-side logic. So far: how a LibvirtMachine's identity (node name, domain UUID,
-//! provider ID) is derived, shared by the controller and `caplv-manager ignition render`.
+//! Hypervisor access: a machine's identity, domain and volume XML (pure builders), the
+//! `Hypervisor` trait with its `virt`-backed implementation, and the SSH transport that carries
+//! libvirt RPC from the manager to a host with its host key pinned.
 
+pub mod domain_xml;
+pub mod hypervisor;
 pub mod identity;
+pub mod ssh;
+pub mod virt_backend;
+pub mod volume_xml;
+pub mod xml;

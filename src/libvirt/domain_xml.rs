@@ -1,0 +1,596 @@
+//! libvirt domain XML for one worker VM, built from a [`DomainPlan`] (pure; no libvirt calls).
+//!
+//! The document follows the recipe tested on libvirt 9.0 + QEMU 10 (see the project research):
+//! q35, ACPI/APIC, UEFI (explicit OVMF loader plus a per-VM NVRAM copied from a template, or
+//! libvirt's firmware auto-selection with `<os firmware='efi'>`) or BIOS, the root disk as a
+//! `<disk type='volume'>` (libvirt resolves pool/volume to the path itself), one `network` or
+//! `bridge` NIC, the serial console to a log file, and the Ignition config through QEMU fw_cfg:
+//! `<sysinfo type='fwcfg'><entry name='opt/com.coreos/config' file='…'/></sysinfo>`. Unlike
+//! `type='smbios'`, fw_cfg sysinfo needs no `<smbios mode='sysinfo'/>` element (checked against
+//! libvirt's `domaincommon.rng`); libvirt relabels the file for QEMU while the domain runs.
+//!
+//! Lifecycle: `on_poweroff` and `on_crash` are `destroy` (a dead worker stays visible as shut off
+//! for the controller to report and restart); `on_reboot` is `restart`.
+//!
+//! CPU: `host-passthrough` for KVM; for TCG (`type='qemu'`) `maximum`, because QEMU's default
+//! `qemu64` model lacks x86-64-v2, which RHEL 9 based guests (RHCOS, recent FCOS) require.
+//!
+//! Every name, path and MAC is validated before any XML is produced, and every value is escaped.
+
+use uuid::Uuid;
+
+use super::xml::{XmlInputError, escape_attr, escape_text, validate_name, validate_path};
+use crate::api::libvirt_machine::{DiskBus, DomainType, NetworkType};
+
+/// Everything that goes into a domain definition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainPlan {
+    /// Domain name (= node name = hostname).
+    pub name: String,
+    /// Domain UUID (decided up front from the LibvirtMachine's uid).
+    pub uuid: Uuid,
+    /// Virtual CPUs, at least 1.
+    pub vcpus: u32,
+    /// Memory in MiB, at least 1.
+    pub memory_mib: u64,
+    /// `kvm` or `qemu` (TCG).
+    pub domain_type: DomainType,
+    /// QEMU machine type, e.g. `q35`.
+    pub machine: String,
+    /// Boot firmware.
+    pub firmware: FirmwarePlan,
+    /// The root disk.
+    pub root_disk: DiskPlan,
+    /// The NIC.
+    pub interface: InterfacePlan,
+    /// Where the serial console goes.
+    pub console: ConsolePlan,
+    /// Host path of the Ignition file handed to the guest through fw_cfg, if any.
+    pub ignition_path: Option<String>,
+    /// Free-text `<description>` (e.g. which LibvirtMachine owns the domain).
+    pub description: Option<String>,
+}
+
+/// Boot firmware.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FirmwarePlan {
+    /// UEFI with an explicit OVMF code image and a per-VM NVRAM file created from a template.
+    UefiExplicit {
+        /// OVMF code image, e.g. `/usr/share/OVMF/OVMF_CODE_4M.fd`.
+        loader_path: String,
+        /// Variable-store template copied for this VM, e.g. `/usr/share/OVMF/OVMF_VARS_4M.fd`.
+        nvram_template: Option<String>,
+        /// This VM's NVRAM file; libvirt picks `<nvram dir>/<name>_VARS.fd` when `None`.
+        nvram_path: Option<String>,
+        /// Whether the loader is a Secure Boot build (adds `secure='yes'` and SMM).
+        secure_boot: bool,
+    },
+    /// UEFI chosen by libvirt's firmware auto-selection (`<os firmware='efi'>`).
+    UefiAuto {
+        /// Ask for (or exclude) Secure Boot capable firmware.
+        secure_boot: bool,
+    },
+    /// Legacy BIOS (SeaBIOS).
+    Bios,
+}
+
+/// The root disk: a volume in a libvirt storage pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskPlan {
+    /// Storage pool name.
+    pub pool: String,
+    /// Volume name.
+    pub volume: String,
+    /// Image format the volume holds.
+    pub format: super::volume_xml::VolumeFormat,
+    /// Disk bus (virtio → `vda`; sata, scsi → `sda`).
+    pub bus: DiskBus,
+}
+
+/// The NIC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterfacePlan {
+    /// libvirt network or host bridge.
+    pub kind: NetworkType,
+    /// Network or bridge name.
+    pub source: String,
+    /// NIC model, e.g. `virtio`.
+    pub model: String,
+    /// MAC address `xx:xx:xx:xx:xx:xx`.
+    pub mac: String,
+}
+
+/// Where the first serial port goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConsolePlan {
+    /// Serial port written to a file on the host (the tested recipe); `virsh console` is not
+    /// available, the log is.
+    LogFile(String),
+    /// Serial port on a pty (`virsh console` works) whose output virtlogd also appends to a file.
+    PtyWithLog(String),
+}
+
+/// A domain definition ready for the hypervisor: the XML with the name and UUID it defines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainXml {
+    /// Domain name.
+    pub name: String,
+    /// Domain UUID.
+    pub uuid: Uuid,
+    /// The `<domain>` document.
+    pub xml: String,
+}
+
+/// The fw_cfg key Ignition reads on x86_64 and aarch64.
+pub const IGNITION_FW_CFG_NAME: &str = "opt/com.coreos/config";
+
+/// Where libvirt's system instance puts a domain's NVRAM when the XML does not say.
+#[must_use]
+pub fn default_system_nvram_path(domain_name: &str) -> String {
+    format!("/var/lib/libvirt/qemu/nvram/{domain_name}_VARS.fd")
+}
+
+/// The guest device name of the first disk on `bus`.
+#[must_use]
+pub fn target_dev(bus: DiskBus) -> &'static str {
+    match bus {
+        DiskBus::Virtio => "vda",
+        DiskBus::Sata | DiskBus::Scsi => "sda",
+    }
+}
+
+fn bus_name(bus: DiskBus) -> &'static str {
+    match bus {
+        DiskBus::Virtio => "virtio",
+        DiskBus::Sata => "sata",
+        DiskBus::Scsi => "scsi",
+    }
+}
+
+fn validate_mac(mac: &str) -> Result<(), XmlInputError> {
+    let parts: Vec<&str> = mac.split(':').collect();
+    let ok = parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()));
+    // The low bit of the first octet marks multicast, which a NIC cannot use.
+    let unicast = parts
+        .first()
+        .and_then(|p| u8::from_str_radix(p, 16).ok())
+        .is_some_and(|b| b & 1 == 0);
+    if ok && unicast {
+        Ok(())
+    } else {
+        Err(XmlInputError::InvalidValue {
+            field: "MAC address",
+            reason: format!("{mac:?} is not a unicast xx:xx:xx:xx:xx:xx address"),
+        })
+    }
+}
+
+fn validate_token(field: &'static str, value: &str) -> Result<(), XmlInputError> {
+    let ok = !value.is_empty()
+        && value.len() <= 64
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(XmlInputError::InvalidValue {
+            field,
+            reason: format!("{value:?} must be 1-64 characters from [a-z0-9._-]"),
+        })
+    }
+}
+
+impl DomainPlan {
+    /// Checks every input that ends up in the XML.
+    pub fn validate(&self) -> Result<(), XmlInputError> {
+        validate_name("domain name", &self.name)?;
+        if self.vcpus == 0 {
+            return Err(XmlInputError::InvalidValue {
+                field: "vcpus",
+                reason: "must be at least 1".to_owned(),
+            });
+        }
+        if self.memory_mib == 0 || self.memory_mib > (1 << 34) {
+            return Err(XmlInputError::InvalidValue {
+                field: "memory",
+                reason: format!("{} MiB is out of range", self.memory_mib),
+            });
+        }
+        validate_token("machine type", &self.machine)?;
+        match &self.firmware {
+            FirmwarePlan::UefiExplicit {
+                loader_path,
+                nvram_template,
+                nvram_path,
+                ..
+            } => {
+                validate_path("firmware path", loader_path)?;
+                if let Some(t) = nvram_template {
+                    validate_path("NVRAM template path", t)?;
+                }
+                if let Some(p) = nvram_path {
+                    validate_path("NVRAM path", p)?;
+                }
+            }
+            FirmwarePlan::UefiAuto { .. } | FirmwarePlan::Bios => {}
+        }
+        validate_name("storage pool", &self.root_disk.pool)?;
+        validate_name("volume", &self.root_disk.volume)?;
+        validate_name(
+            match self.interface.kind {
+                NetworkType::Network => "network name",
+                NetworkType::Bridge => "bridge name",
+            },
+            &self.interface.source,
+        )?;
+        validate_token("NIC model", &self.interface.model)?;
+        validate_mac(&self.interface.mac)?;
+        match &self.console {
+            ConsolePlan::LogFile(p) | ConsolePlan::PtyWithLog(p) => validate_path("console log path", p)?,
+        }
+        if let Some(p) = &self.ignition_path {
+            validate_path("Ignition file path", p)?;
+        }
+        if let Some(d) = &self.description
+            && d.chars().any(|c| c.is_control() && c != '\n' && c != '\t')
+        {
+            return Err(XmlInputError::InvalidValue {
+                field: "description",
+                reason: "contains control characters".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Validates the plan and renders the domain XML.
+    pub fn to_xml(&self) -> Result<DomainXml, XmlInputError> {
+        self.validate()?;
+        let mut x = String::with_capacity(2048);
+        let dtype = match self.domain_type {
+            DomainType::Kvm => "kvm",
+            DomainType::Qemu => "qemu",
+        };
+        x.push_str(&format!("<domain type='{dtype}'>\n"));
+        x.push_str(&format!("  <name>{}</name>\n", escape_text(&self.name)));
+        x.push_str(&format!("  <uuid>{}</uuid>\n", self.uuid.hyphenated()));
+        if let Some(d) = &self.description {
+            x.push_str(&format!("  <description>{}</description>\n", escape_text(d)));
+        }
+        x.push_str(&format!("  <memory unit='MiB'>{}</memory>\n", self.memory_mib));
+        x.push_str(&format!("  <vcpu placement='static'>{}</vcpu>\n", self.vcpus));
+        if let Some(p) = &self.ignition_path {
+            x.push_str(&format!(
+                "  <sysinfo type='fwcfg'>\n    <entry name='{IGNITION_FW_CFG_NAME}' file='{}'/>\n  </sysinfo>\n",
+                escape_attr(p)
+            ));
+        }
+        self.push_os(&mut x);
+        x.push_str("  <features>\n    <acpi/>\n    <apic/>\n");
+        if self.needs_smm() {
+            x.push_str("    <smm state='on'/>\n");
+        }
+        x.push_str("  </features>\n");
+        match self.domain_type {
+            DomainType::Kvm => x.push_str("  <cpu mode='host-passthrough' check='none'/>\n"),
+            DomainType::Qemu => x.push_str("  <cpu mode='maximum' check='none'/>\n"),
+        }
+        x.push_str("  <clock offset='utc'/>\n");
+        x.push_str("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n");
+        x.push_str("  <on_crash>destroy</on_crash>\n");
+        x.push_str("  <devices>\n");
+        self.push_disk(&mut x);
+        self.push_interface(&mut x);
+        self.push_console(&mut x);
+        x.push_str("    <rng model='virtio'>\n      <backend model='random'>/dev/urandom</backend>\n    </rng>\n");
+        x.push_str("  </devices>\n</domain>\n");
+        Ok(DomainXml {
+            name: self.name.clone(),
+            uuid: self.uuid,
+            xml: x,
+        })
+    }
+
+    fn needs_smm(&self) -> bool {
+        matches!(
+            self.firmware,
+            FirmwarePlan::UefiExplicit { secure_boot: true, .. } | FirmwarePlan::UefiAuto { secure_boot: true }
+        )
+    }
+
+    fn push_os(&self, x: &mut String) {
+        let type_line = format!(
+            "    <type arch='x86_64' machine='{}'>hvm</type>\n",
+            escape_attr(&self.machine)
+        );
+        match &self.firmware {
+            FirmwarePlan::UefiExplicit {
+                loader_path,
+                nvram_template,
+                nvram_path,
+                secure_boot,
+            } => {
+                x.push_str("  <os>\n");
+                x.push_str(&type_line);
+                let secure = if *secure_boot { "yes" } else { "no" };
+                x.push_str(&format!(
+                    "    <loader readonly='yes' secure='{secure}' type='pflash'>{}</loader>\n",
+                    escape_text(loader_path)
+                ));
+                let template = nvram_template
+                    .as_deref()
+                    .map(|t| format!(" template='{}'", escape_attr(t)))
+                    .unwrap_or_default();
+                match nvram_path {
+                    Some(p) => x.push_str(&format!("    <nvram{template}>{}</nvram>\n", escape_text(p))),
+                    None if !template.is_empty() => x.push_str(&format!("    <nvram{template}/>\n")),
+                    None => {}
+                }
+            }
+            FirmwarePlan::UefiAuto { secure_boot } => {
+                x.push_str("  <os firmware='efi'>\n");
+                x.push_str(&type_line);
+                let enabled = if *secure_boot { "yes" } else { "no" };
+                x.push_str(&format!(
+                    "    <firmware>\n      <feature enabled='{enabled}' name='secure-boot'/>\n    </firmware>\n"
+                ));
+            }
+            FirmwarePlan::Bios => {
+                x.push_str("  <os>\n");
+                x.push_str(&type_line);
+            }
+        }
+        x.push_str("    <boot dev='hd'/>\n  </os>\n");
+    }
+
+    fn push_disk(&self, x: &mut String) {
+        let d = &self.root_disk;
+        if d.bus == DiskBus::Scsi {
+            x.push_str("    <controller type='scsi' index='0' model='virtio-scsi'/>\n");
+        }
+        x.push_str(&format!(
+            "    <disk type='volume' device='disk'>\n      <driver name='qemu' type='{}' discard='unmap'/>\n      \
+             <source pool='{}' volume='{}'/>\n      <target dev='{}' bus='{}'/>\n    </disk>\n",
+            d.format.as_str(),
+            escape_attr(&d.pool),
+            escape_attr(&d.volume),
+            target_dev(d.bus),
+            bus_name(d.bus),
+        ));
+    }
+
+    fn push_interface(&self, x: &mut String) {
+        let i = &self.interface;
+        let (kind, attr) = match i.kind {
+            NetworkType::Network => ("network", "network"),
+            NetworkType::Bridge => ("bridge", "bridge"),
+        };
+        x.push_str(&format!(
+            "    <interface type='{kind}'>\n      <mac address='{}'/>\n      <source {attr}='{}'/>\n      \
+             <model type='{}'/>\n    </interface>\n",
+            escape_attr(&i.mac.to_ascii_lowercase()),
+            escape_attr(&i.source),
+            escape_attr(&i.model),
+        ));
+    }
+
+    fn push_console(&self, x: &mut String) {
+        match &self.console {
+            ConsolePlan::LogFile(p) => {
+                x.push_str(&format!(
+                    "    <serial type='file'>\n      <source path='{}' append='on'/>\n      <target port='0'/>\n    \
+                     </serial>\n",
+                    escape_attr(p)
+                ));
+                x.push_str("    <console type='file'>\n");
+                x.push_str(&format!("      <source path='{}' append='on'/>\n", escape_attr(p)));
+                x.push_str("      <target type='serial' port='0'/>\n    </console>\n");
+            }
+            ConsolePlan::PtyWithLog(p) => {
+                x.push_str(&format!(
+                    "    <serial type='pty'>\n      <log file='{}' append='on'/>\n      <target port='0'/>\n    \
+                     </serial>\n",
+                    escape_attr(p)
+                ));
+                x.push_str("    <console type='pty'>\n      <target type='serial' port='0'/>\n    </console>\n");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::libvirt::volume_xml::VolumeFormat;
+
+    pub(crate) fn plan() -> DomainPlan {
+        DomainPlan {
+            name: "worker-1".into(),
+            uuid: Uuid::parse_str("3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b").unwrap(),
+            vcpus: 2,
+            memory_mib: 2048,
+            domain_type: DomainType::Qemu,
+            machine: "q35".into(),
+            firmware: FirmwarePlan::UefiAuto { secure_boot: false },
+            root_disk: DiskPlan {
+                pool: "pool1".into(),
+                volume: "worker-1-root.qcow2".into(),
+                format: VolumeFormat::Qcow2,
+                bus: DiskBus::Virtio,
+            },
+            interface: InterfacePlan {
+                kind: NetworkType::Network,
+                source: "default".into(),
+                model: "virtio".into(),
+                mac: "52:54:00:AB:cd:01".into(),
+            },
+            console: ConsolePlan::LogFile("/var/log/caplv/worker-1-serial.log".into()),
+            ignition_path: Some("/pool/worker-1-ignition.ign".into()),
+            description: Some("caplv: default/worker-1".into()),
+        }
+    }
+
+    #[test]
+    fn renders_the_tested_recipe() {
+        let d = plan().to_xml().unwrap();
+        assert_eq!(d.name, "worker-1");
+        let x = d.xml;
+        for want in [
+            "<domain type='qemu'>",
+            "<name>worker-1</name>",
+            "<uuid>3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b</uuid>",
+            "<description>caplv: default/worker-1</description>",
+            "<memory unit='MiB'>2048</memory>",
+            "<vcpu placement='static'>2</vcpu>",
+            "<sysinfo type='fwcfg'>\n    <entry name='opt/com.coreos/config' file='/pool/worker-1-ignition.ign'/>",
+            "<os firmware='efi'>\n    <type arch='x86_64' machine='q35'>hvm</type>",
+            "<feature enabled='no' name='secure-boot'/>",
+            "<boot dev='hd'/>",
+            "<acpi/>\n    <apic/>\n  </features>",
+            "<cpu mode='maximum' check='none'/>",
+            "<on_poweroff>destroy</on_poweroff>",
+            "<on_crash>destroy</on_crash>",
+            "<disk type='volume' device='disk'>",
+            "<driver name='qemu' type='qcow2' discard='unmap'/>",
+            "<source pool='pool1' volume='worker-1-root.qcow2'/>",
+            "<target dev='vda' bus='virtio'/>",
+            "<interface type='network'>\n      <mac address='52:54:00:ab:cd:01'/>\n      <source network='default'/>",
+            "<model type='virtio'/>",
+            "<serial type='file'>\n      <source path='/var/log/caplv/worker-1-serial.log' append='on'/>",
+            "<console type='file'>",
+        ] {
+            assert!(x.contains(want), "missing {want:?} in\n{x}");
+        }
+        assert!(!x.contains("smbios") && !x.contains("<loader") && !x.contains("smm"));
+        assert_eq!(x.matches("<disk ").count(), 1);
+    }
+
+    #[test]
+    fn firmware_variants() {
+        let mut p = plan();
+        p.firmware = FirmwarePlan::UefiExplicit {
+            loader_path: "/usr/share/OVMF/OVMF_CODE_4M.fd".into(),
+            nvram_template: Some("/usr/share/OVMF/OVMF_VARS_4M.fd".into()),
+            nvram_path: Some(default_system_nvram_path("worker-1")),
+            secure_boot: false,
+        };
+        let x = p.to_xml().unwrap().xml;
+        assert!(x.contains("  <os>\n"), "{x}");
+        assert!(
+            x.contains("<loader readonly='yes' secure='no' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader>")
+        );
+        assert!(x.contains(
+            "<nvram template='/usr/share/OVMF/OVMF_VARS_4M.fd'>/var/lib/libvirt/qemu/nvram/worker-1_VARS.fd</nvram>"
+        ));
+        assert!(!x.contains("firmware='efi'") && !x.contains("smm"));
+
+        p.firmware = FirmwarePlan::UefiExplicit {
+            loader_path: "/usr/share/OVMF/OVMF_CODE.secboot.fd".into(),
+            nvram_template: Some("/usr/share/OVMF/OVMF_VARS.fd".into()),
+            nvram_path: None,
+            secure_boot: true,
+        };
+        let x = p.to_xml().unwrap().xml;
+        assert!(x.contains("secure='yes'") && x.contains("<smm state='on'/>"));
+        assert!(x.contains("<nvram template='/usr/share/OVMF/OVMF_VARS.fd'/>"));
+
+        p.firmware = FirmwarePlan::UefiAuto { secure_boot: true };
+        let x = p.to_xml().unwrap().xml;
+        assert!(x.contains("<feature enabled='yes' name='secure-boot'/>") && x.contains("<smm state='on'/>"));
+
+        p.firmware = FirmwarePlan::Bios;
+        let x = p.to_xml().unwrap().xml;
+        assert!(!x.contains("<loader") && !x.contains("efi") && !x.contains("nvram"));
+        assert!(x.contains("  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n    <boot dev='hd'/>"));
+    }
+
+    #[test]
+    fn buses_networks_consoles_and_types() {
+        let mut p = plan();
+        p.domain_type = DomainType::Kvm;
+        p.root_disk.bus = DiskBus::Sata;
+        p.interface.kind = NetworkType::Bridge;
+        p.interface.source = "br0".into();
+        p.interface.model = "e1000e".into();
+        p.console = ConsolePlan::PtyWithLog("/var/log/w.log".into());
+        p.ignition_path = None;
+        p.description = None;
+        let x = p.to_xml().unwrap().xml;
+        assert!(x.contains("<domain type='kvm'>") && x.contains("<cpu mode='host-passthrough' check='none'/>"));
+        assert!(x.contains("<target dev='sda' bus='sata'/>") && !x.contains("virtio-scsi"));
+        assert!(x.contains("<interface type='bridge'>") && x.contains("<source bridge='br0'/>"));
+        assert!(x.contains("<model type='e1000e'/>"));
+        assert!(x.contains("<serial type='pty'>\n      <log file='/var/log/w.log' append='on'/>"));
+        assert!(x.contains("<console type='pty'>"));
+        assert!(!x.contains("sysinfo") && !x.contains("<description>"));
+        p.root_disk.bus = DiskBus::Scsi;
+        let x = p.to_xml().unwrap().xml;
+        assert!(x.contains("<controller type='scsi' index='0' model='virtio-scsi'/>"));
+        assert!(x.contains("<target dev='sda' bus='scsi'/>"));
+    }
+
+    #[test]
+    fn escapes_text_and_attributes() {
+        let mut p = plan();
+        p.ignition_path = Some("/pool/it's <a> & \"b\".ign".into());
+        p.description = Some("<owner> & 'quotes'".into());
+        let x = p.to_xml().unwrap().xml;
+        assert!(
+            x.contains("file='/pool/it&apos;s &lt;a&gt; &amp; &quot;b&quot;.ign'"),
+            "{x}"
+        );
+        assert!(x.contains("<description>&lt;owner&gt; &amp; &apos;quotes&apos;</description>"));
+    }
+
+    #[test]
+    fn rejects_bad_input_without_emitting_xml() {
+        type Mutation = fn(&mut DomainPlan);
+        let cases: [(&str, Mutation); 16] = [
+            ("domain name", |p| p.name = "a'b".into()),
+            ("vcpus", |p| p.vcpus = 0),
+            ("memory", |p| p.memory_mib = 0),
+            ("machine type", |p| p.machine = "q35'/>".into()),
+            ("storage pool", |p| p.root_disk.pool = "pool 1".into()),
+            ("volume", |p| p.root_disk.volume = "../etc".into()),
+            ("network name", |p| p.interface.source = "def<ault".into()),
+            ("bridge name", |p| {
+                p.interface.kind = NetworkType::Bridge;
+                p.interface.source = "br 0".into();
+            }),
+            ("NIC model", |p| p.interface.model = "Virtio'".into()),
+            ("MAC address", |p| p.interface.mac = "52:54:00:ab:cd".into()),
+            ("MAC address", |p| p.interface.mac = "01:54:00:ab:cd:ef".into()),
+            ("console log path", |p| {
+                p.console = ConsolePlan::LogFile("relative.log".into())
+            }),
+            ("Ignition file path", |p| p.ignition_path = Some("/a\nb".into())),
+            ("firmware path", |p| {
+                p.firmware = FirmwarePlan::UefiExplicit {
+                    loader_path: "OVMF.fd".into(),
+                    nvram_template: None,
+                    nvram_path: None,
+                    secure_boot: false,
+                };
+            }),
+            ("NVRAM path", |p| {
+                p.firmware = FirmwarePlan::UefiExplicit {
+                    loader_path: "/OVMF.fd".into(),
+                    nvram_template: Some("/t".into()),
+                    nvram_path: Some("/a/../b".into()),
+                    secure_boot: false,
+                };
+            }),
+            ("description", |p| p.description = Some("\u{1b}[31m".into())),
+        ];
+        for (field, mutate) in cases {
+            let mut p = plan();
+            mutate(&mut p);
+            let e = p.to_xml().unwrap_err();
+            let shown = format!("{e:?}");
+            assert!(shown.contains(field), "{field}: {shown}");
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The local end of the libvirt tunnel: a unix socket in a private directory whose every
+//! connection is pumped through its own `direct-streamlocal@openssh.com` channel.
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use tokio::net::{UnixListener, UnixStream};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{Mode, SshError, SshSession};
+
+/// Longest path a unix socket address can hold on Linux (`sun_path` is 108 bytes incl. NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// A running tunnel. Dropping it (or [`Tunnel::close`]) stops the listener, aborts the pumps and
+/// removes the socket and its directory. The SSH session stays open while other clones exist.
+#[derive(Debug)]
+pub struct Tunnel {
+    session: SshSession,
+    dir: PathBuf,
+    socket: PathBuf,
+    mode: Mode,
+    stop: CancellationToken,
+    accept_task: JoinHandle<()>,
+}
+
+impl Tunnel {
+    pub(super) async fn open(session: SshSession, remote: &str, parent: Option<&Path>) -> Result<Self, SshError> {
+        let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+        let dir = parent.join(format!("caplv-ssh-{}", uuid::Uuid::new_v4().simple()));
+        let socket = dir.join("libvirt.sock");
+        let socket_str = socket.to_str().unwrap_or_default();
+        if socket_str.is_empty() || socket_str.len() > MAX_SOCKET_PATH || socket_str.contains(['?', '&', '#', '%', ' '])
+        {
+            return Err(SshError::TunnelFailed(format!(
+                "local socket path {} is too long or has characters unusable in a libvirt URI",
+                socket.display()
+            )));
+        }
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| SshError::TunnelFailed(format!("creating {}: {e}", dir.display())))?;
+        let listener = match UnixListener::bind(&socket) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(SshError::TunnelFailed(format!("binding {}: {e}", socket.display())));
+            }
+        };
+        // Belt and braces: the directory is already 0700.
+        let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+
+        let stop = CancellationToken::new();
+        let accept_task = tokio::spawn(accept_loop(
+            listener,
+            session.clone(),
+            remote.to_string(),
+            stop.clone(),
+            socket.clone(),
+        ));
+        let mode = session.target().mode;
+        Ok(Tunnel {
+            session,
+            dir,
+            socket,
+            mode,
+            stop,
+            accept_task,
+        })
+    }
+
+    /// Path of the local socket.
+    pub fn socket_path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// URI for `virt::connect::Connect::open`: `qemu+unix:///system?socket=<path>` (or `/session`).
+    pub fn libvirt_uri(&self) -> String {
+        format!("qemu+unix:///{}?socket={}", self.mode.as_str(), self.socket.display())
+    }
+
+    /// The SSH session the tunnel rides on.
+    pub fn session(&self) -> &SshSession {
+        &self.session
+    }
+
+    /// True when the tunnel can no longer carry traffic: closed, listener stopped, or the SSH
+    /// connection is gone. The caller should then build a new session and tunnel.
+    pub fn is_closed(&self) -> bool {
+        self.stop.is_cancelled() || self.accept_task.is_finished() || self.session.is_closed()
+    }
+
+    /// Stop the tunnel and remove its files. Does not disconnect the SSH session.
+    pub async fn close(self) {
+        self.stop.cancel();
+        // Drop does the rest.
+    }
+}
+
+impl Drop for Tunnel {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        self.accept_task.abort();
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+async fn accept_loop(
+    listener: UnixListener,
+    session: SshSession,
+    remote: String,
+    stop: CancellationToken,
+    socket: PathBuf,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((conn, _)) => {
+                    tokio::spawn(pump(conn, session.clone(), remote.clone(), stop.child_token()));
+                }
+                Err(e) => {
+                    tracing::warn!(socket = %socket.display(), error = %e, "libvirt tunnel: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+        }
+        if session.is_closed() {
+            tracing::info!(target = %session.target(), "libvirt tunnel: SSH connection closed");
+            break;
+        }
+    }
+    // Pumps watch child tokens of `stop`, so they end too.
+    stop.cancel();
+}
+
+async fn pump(mut conn: UnixStream, session: SshSession, remote: String, stop: CancellationToken) {
+    let mut channel = match session.open_streamlocal(&remote).await {
+        Ok(c) => c,
+        Err(e) => {
+            // Dropping `conn` gives the libvirt client an EOF, which it reports as a failure.
+            tracing::warn!(error = %e, "libvirt tunnel: cannot open channel");
+            return;
+        }
+    };
+    tokio::select! {
+        () = stop.cancelled() => {}
+        r = tokio::io::copy_bidirectional(&mut conn, &mut channel) => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "libvirt tunnel: connection ended with error");
+            }
+        }
+    }
+}
