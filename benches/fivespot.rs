@@ -56,7 +56,8 @@ async fn wait(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Du
     let start = Instant::now();
     while !done() {
         assert!(start.elapsed() < limit, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Listing clones every object: poll gently so the probe does not eat the machine.
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     start.elapsed()
 }
