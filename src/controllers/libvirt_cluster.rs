@@ -250,19 +250,7 @@ async fn observe(obj: &LibvirtCluster, ctx: &Context) -> Result<Observation, Err
 
 /// An Event for each change of the `Ready` or `Paused` condition status.
 fn transitions(old: &LibvirtClusterStatus, new: &LibvirtClusterStatus) -> Vec<(EventType, String, String)> {
-    [condition::READY, condition::PAUSED]
-        .into_iter()
-        .filter_map(|type_| {
-            let after = condition::find(&new.conditions, type_)?;
-            let before = condition::find(&old.conditions, type_);
-            if before.is_some_and(|b| b.status == after.status && b.reason == after.reason) {
-                return None;
-            }
-            let warning = type_ == condition::READY && after.status != Status::True.as_str();
-            let type_ = if warning { EventType::Warning } else { EventType::Normal };
-            Some((type_, after.reason.clone(), after.message.clone()))
-        })
-        .collect()
+    super::condition_events(&old.conditions, &new.conditions)
 }
 
 async fn reconcile(obj: Arc<LibvirtCluster>, ctx: Arc<Context>) -> Result<Action, Error> {

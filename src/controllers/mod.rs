@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{api::capi::CapiVersion, clock::Clock, endpoint::EndpointProbe, health::Readiness, metrics::Metrics};
 
-pub use status::{apply_status, publish_event};
+pub use status::{apply_status, condition_events, publish_event};
 
 /// The controller families, each switchable at build time (Cargo feature) and at run time (`--controllers`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

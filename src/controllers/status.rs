@@ -1,6 +1,8 @@
 //! Writing status and Events the same way in every controller.
 
 use k8s_openapi::api::core::v1::ObjectReference;
+
+use crate::api::condition::{self, Condition, Status};
 use kube::{
     Resource,
     api::{Api, Patch, PatchParams},
@@ -48,4 +50,23 @@ pub async fn publish_event(
     if let Err(err) = recorder.publish(&event, object).await {
         tracing::warn!(error = %err, reason, "could not publish event");
     }
+}
+
+/// One Event per change of the `Ready` or `Paused` condition's status or reason: Warning when
+/// `Ready` is not True, Normal otherwise. Returns (type, reason, message).
+#[must_use]
+pub fn condition_events(old: &[Condition], new: &[Condition]) -> Vec<(EventType, String, String)> {
+    [condition::READY, condition::PAUSED]
+        .into_iter()
+        .filter_map(|type_| {
+            let after = condition::find(new, type_)?;
+            let before = condition::find(old, type_);
+            if before.is_some_and(|b| b.status == after.status && b.reason == after.reason) {
+                return None;
+            }
+            let warning = type_ == condition::READY && after.status != Status::True.as_str();
+            let type_ = if warning { EventType::Warning } else { EventType::Normal };
+            Some((type_, after.reason.clone(), after.message.clone()))
+        })
+        .collect()
 }

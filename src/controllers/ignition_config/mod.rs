@@ -85,7 +85,7 @@ use crate::{
     api::{
         CLUSTER_NAME_LABEL, PAUSED_ANNOTATION,
         capi::{ClusterView, DecodeError, GROUP as CAPI_GROUP, MachineView},
-        condition::{self, Status},
+        condition,
         ignition_config::{IgnitionConfig, IgnitionConfigStatus},
     },
     health::Readiness,
@@ -210,19 +210,7 @@ async fn observe(config: &IgnitionConfig, ctx: &Context) -> Result<Observation, 
 
 /// An Event for each change of the `Ready` or `Paused` condition's status or reason.
 fn transitions(old: &IgnitionConfigStatus, new: &IgnitionConfigStatus) -> Vec<(EventType, String, String)> {
-    [condition::READY, condition::PAUSED]
-        .into_iter()
-        .filter_map(|type_| {
-            let after = condition::find(&new.conditions, type_)?;
-            let before = condition::find(&old.conditions, type_);
-            if before.is_some_and(|b| b.status == after.status && b.reason == after.reason) {
-                return None;
-            }
-            let warning = type_ == condition::READY && after.status != Status::True.as_str();
-            let type_ = if warning { EventType::Warning } else { EventType::Normal };
-            Some((type_, after.reason.clone(), after.message.clone()))
-        })
-        .collect()
+    super::condition_events(&old.conditions, &new.conditions)
 }
 
 async fn reconcile(config: Arc<IgnitionConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -435,7 +423,7 @@ mod tests {
         let bad = |reason: &'static str| IgnitionConfigStatus {
             conditions: condition::merge(
                 &[],
-                &condition::DesiredCondition::new(condition::READY, Status::False, reason, "m"),
+                &condition::DesiredCondition::new(condition::READY, condition::Status::False, reason, "m"),
                 &now,
                 None,
             ),
