@@ -9,6 +9,8 @@ pub mod ignition_config;
 pub mod kinds;
 #[cfg(feature = "caplv")]
 pub mod libvirt_cluster;
+#[cfg(feature = "caplv")]
+pub mod libvirt_host;
 #[cfg(feature = "fivespot")]
 pub mod scheduled_machine;
 mod status;
@@ -80,7 +82,7 @@ impl Family {
     #[must_use]
     pub fn controllers(self) -> &'static [&'static str] {
         match self {
-            Self::Caplv => &["libvirtcluster"],
+            Self::Caplv => &["libvirtcluster", "libvirthost"],
             Self::Ignition => &["ignitionconfig"],
             Self::Fivespot => &["scheduledmachine"],
         }
@@ -195,11 +197,18 @@ pub async fn run_families(ctx: Arc<Context>, families: &[Family], readiness: Rea
         }
         match family {
             #[cfg(feature = "caplv")]
-            Family::Caplv => tasks.push(tokio::spawn(libvirt_cluster::run(
-                ctx.clone(),
-                readiness.clone(),
-                shutdown.clone(),
-            ))),
+            Family::Caplv => {
+                tasks.push(tokio::spawn(libvirt_cluster::run(
+                    ctx.clone(),
+                    readiness.clone(),
+                    shutdown.clone(),
+                )));
+                tasks.push(tokio::spawn(libvirt_host::run(
+                    ctx.clone(),
+                    readiness.clone(),
+                    shutdown.clone(),
+                )));
+            }
             #[cfg(feature = "ignition")]
             Family::Ignition => tasks.push(tokio::spawn(ignition_config::run(
                 ctx.clone(),

@@ -11,6 +11,7 @@ mod cli;
 mod ignition_config;
 mod leader;
 mod libvirt_cluster;
+mod libvirt_host;
 mod sandbox;
 mod scheduled_machine;
 mod support;

@@ -1,0 +1,135 @@
+
+use super::*;
+use kube::runtime::events::EventType;
+
+fn time(s: &str) -> Time {
+    Time(s.parse().unwrap())
+}
+
+fn spec() -> LibvirtHostSpec {
+    serde_json::from_value(serde_json::json!({"uri": "test:///default"})).unwrap()
+}
+
+fn info() -> HostInfo {
+    HostInfo {
+        libvirt_version: "10.0.0".into(),
+        driver: "QEMU".into(),
+        hypervisor_version: "8.2.2".into(),
+        kvm_available: true,
+        cpus: 16,
+        memory_mib: 31_560,
+        free_memory_mib: None,
+    }
+}
+
+fn probed() -> Observation {
+    Observation::Probed {
+        info: info(),
+        fingerprint: Some("SHA256:abc".into()),
+    }
+}
+
+#[test]
+fn probed_host_is_ready_with_capacity_minus_reservation() {
+    let p = plan(
+        &LibvirtHostStatus::default(),
+        &spec(),
+        Some(2),
+        &probed(),
+        &time("2026-01-01T00:00:00Z"),
+    );
+    assert!(p.status.ready);
+    assert_eq!(
+        p.status.capacity,
+        Some(HostCapacity {
+            total_vcpus: 16,
+            total_memory_mb: 31_560,
+            available_vcpus: 14,
+            available_memory_mb: 27_464,
+        })
+    );
+    assert_eq!(p.status.kvm_available, Some(true));
+    assert_eq!(p.status.libvirt_version.as_deref(), Some("10.0.0"));
+    assert_eq!(p.status.observed_host_key_fingerprint.as_deref(), Some("SHA256:abc"));
+    assert!(condition::is_true(&p.status.conditions, REACHABLE));
+    assert!(condition::is_true(&p.status.conditions, condition::READY));
+    assert_eq!(p.status.observed_generation, Some(2));
+    assert_eq!(p.requeue, Duration::from_secs(300));
+}
+
+#[test]
+fn reservation_larger_than_the_host_clamps_at_zero() {
+    let c = capacity(
+        &info(),
+        &ReservedResources {
+            vcpus: 64,
+            memory_mb: 100_000,
+        },
+    );
+    assert_eq!((c.available_vcpus, c.available_memory_mb), (0, 0));
+}
+
+#[test]
+fn host_key_refusal_reports_the_fingerprint_and_retries_sooner() {
+    let up = plan(
+        &LibvirtHostStatus::default(),
+        &spec(),
+        None,
+        &probed(),
+        &time("2026-01-01T00:00:00Z"),
+    );
+    let down = plan(
+        &up.status,
+        &spec(),
+        None,
+        &Observation::Failed(Failure {
+            reason: "HostKeyMismatch",
+            message: "host key differs".into(),
+            observed_fingerprint: Some("SHA256:other".into()),
+        }),
+        &time("2026-01-01T00:01:00Z"),
+    );
+    assert!(!down.status.ready);
+    assert_eq!(
+        down.status.observed_host_key_fingerprint.as_deref(),
+        Some("SHA256:other")
+    );
+    let reachable = condition::find(&down.status.conditions, REACHABLE).unwrap();
+    assert_eq!(
+        (reachable.status.as_str(), reachable.reason.as_str()),
+        ("False", "HostKeyMismatch")
+    );
+    assert_eq!(down.requeue, FAILURE_RETRY);
+    assert_eq!(down.status.capacity, up.status.capacity, "last known capacity is kept");
+    let events = super::super::condition_events(&up.status.conditions, &down.status.conditions);
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].0, EventType::Warning);
+}
+
+#[test]
+fn unchanged_host_does_not_rewrite_last_checked_within_half_an_interval() {
+    let first = plan(
+        &LibvirtHostStatus::default(),
+        &spec(),
+        Some(1),
+        &probed(),
+        &time("2026-01-01T00:00:00Z"),
+    );
+    let soon = plan(
+        &first.status,
+        &spec(),
+        Some(1),
+        &probed(),
+        &time("2026-01-01T00:01:00Z"),
+    );
+    assert_eq!(first.status, soon.status, "no write, so no watch event, so no hot loop");
+    let later = plan(
+        &first.status,
+        &spec(),
+        Some(1),
+        &probed(),
+        &time("2026-01-01T00:05:00Z"),
+    );
+    assert_eq!(later.status.last_checked, Some(time("2026-01-01T00:05:00Z")));
+    assert_eq!(later.status.conditions, first.status.conditions);
+}
