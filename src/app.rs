@@ -63,6 +63,7 @@ impl ManagerConfig {
                 endpoint_probe_interval: args.endpoint_probe_interval(),
                 error_requeue: Duration::from_secs(10),
                 max_concurrent_creations: usize::try_from(args.max_concurrent_creations).unwrap_or(usize::MAX),
+                simulated_hosts: None,
             },
             leader,
             probe: Arc::new(TcpProbe {

@@ -29,6 +29,8 @@ pub struct Sandbox {
     shutdown: CancellationToken,
     manager: tokio::task::JoinHandle<anyhow::Result<()>>,
     simulator: capi_sim::SimulatorHandle,
+    /// Node files of the simulated libvirt hosts (`--libvirt test`); removed on drop.
+    _hosts: Option<tempfile::TempDir>,
 }
 
 impl Sandbox {
@@ -69,6 +71,11 @@ impl Sandbox {
         let mut config = ManagerConfig::from_args(&args.run, "default");
         config.probe = probe;
         config.leader = None;
+        let hosts = match args.libvirt {
+            LibvirtMode::Test => Some(tempfile::tempdir().context("cannot create a directory for simulated hosts")?),
+            LibvirtMode::Real => None,
+        };
+        config.settings.simulated_hosts = hosts.as_ref().map(|d| d.path().to_path_buf());
         let shared = Shared::new()?;
         let readiness = shared.readiness.clone();
         let shutdown = CancellationToken::new();
@@ -80,6 +87,7 @@ impl Sandbox {
             shutdown,
             manager,
             simulator,
+            _hosts: hosts,
         };
         sandbox.wait_ready().await?;
         Ok(sandbox)

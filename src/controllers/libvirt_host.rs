@@ -430,7 +430,20 @@ async fn open(
 /// Connect (or reuse the cached connection) and read the host's capabilities.
 async fn observe(host: &LibvirtHost, state: &State) -> Result<Observation, Error> {
     let id = (host.namespace().unwrap_or_default(), host.name_any());
-    let uri = match LibvirtUri::parse(&host.spec.uri) {
+    // In the sandbox's test mode the host is a private test driver, whatever the URI names.
+    let spec_uri = match &state.ctx.settings.simulated_hosts {
+        Some(dir) => match crate::libvirt::simulated::host_uri(dir, &id.0, &id.1) {
+            Ok(uri) => uri,
+            Err(e) => {
+                return Ok(Observation::Failed(Failure::new(
+                    "HypervisorUnavailable",
+                    format!("cannot prepare the simulated host: {e}"),
+                )));
+            }
+        },
+        None => host.spec.uri.clone(),
+    };
+    let uri = match LibvirtUri::parse(&spec_uri) {
         Ok(u) => u,
         Err(e) => {
             close(state.remove(&id).into_iter().collect());
@@ -452,7 +465,7 @@ async fn observe(host: &LibvirtHost, state: &State) -> Result<Observation, Error
         }
     }
     let key = ConnKey {
-        uri: host.spec.uri.clone(),
+        uri: spec_uri.clone(),
         host_key_fingerprint: host.spec.host_key_fingerprint.clone(),
         insecure: host.spec.insecure_skip_host_key_verification,
         secret_version,

@@ -100,6 +100,9 @@ pub struct Settings {
     pub error_requeue: Duration,
     /// How many ScheduledMachines may create their objects at the same time.
     pub max_concurrent_creations: usize,
+    /// When set (the sandbox's `--libvirt test`), every LibvirtHost is served by a private libvirt
+    /// test driver whose node file lives in this directory, and no host is ever contacted.
+    pub simulated_hosts: Option<std::path::PathBuf>,
 }
 
 /// Everything a reconcile needs; one per manager, shared by every controller.

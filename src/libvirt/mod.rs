@@ -5,6 +5,7 @@
 pub mod domain_xml;
 pub mod hypervisor;
 pub mod identity;
+pub mod simulated;
 pub mod ssh;
 pub mod virt_backend;
 pub mod volume_xml;

@@ -52,6 +52,23 @@ async fn the_seed_applies_unchanged_and_the_seed_query_works() {
     })
     .await;
 
+    // The seed's laptop is served by a private libvirt test driver shaped like it: nothing dials
+    // 192.168.122.1, and the host reports the seed's 16 vCPUs and 31560 MB.
+    wait_until("LibvirtHost laptop Ready", || async {
+        let out = kubectl(
+            &kubeconfig,
+            &[
+                "get",
+                "libvirthost",
+                "laptop",
+                "-o",
+                "jsonpath={.status.ready} {.status.capacity.totalVCPUs} {.status.capacity.totalMemoryMB}",
+            ],
+        );
+        out.stdout == b"true 16 31560"
+    })
+    .await;
+
     let query = "cluster,libvirtcluster,libvirthost,libvirtmachine,machine,ignitionconfig,scheduledmachine";
     let out = kubectl(&kubeconfig, &["get", query]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -33,6 +33,7 @@ pub fn fast_settings() -> Settings {
         endpoint_probe_interval: Duration::from_millis(300),
         error_requeue: Duration::from_millis(200),
         max_concurrent_creations: 10,
+        simulated_hosts: None,
     }
 }
 

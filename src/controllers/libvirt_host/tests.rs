@@ -1,4 +1,3 @@
-
 use super::*;
 use kube::runtime::events::EventType;
 
