@@ -8,7 +8,6 @@
 
 use std::{sync::Arc, time::Duration};
 
-use futures::StreamExt;
 use k8s_openapi::{
     api::core::v1::ObjectReference,
     apimachinery::pkg::apis::meta::v1::{OwnerReference, Time},
@@ -25,7 +24,6 @@ use kube::{
     },
 };
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use super::{Context, apply_status, publish_event};
 use crate::{
@@ -312,29 +310,21 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             },
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let (store, metrics) = (controller.store(), ctx.metrics.clone());
-    tokio::spawn(async move {
-        if super::wait_synced(&store).await {
-            super::mark_synced(NAME, &readiness, &metrics);
-        }
-    });
-    controller
-        .run(
-            |obj, ctx| {
-                let span = tracing::info_span!(
-                    "reconcile",
-                    kind = "LibvirtCluster",
-                    namespace = obj.namespace(),
-                    name = obj.name_any()
-                );
-                reconcile(obj, ctx).instrument(span)
-            },
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()))
-        .await;
-    ctx.metrics.controller_ready.with_label_values(&[NAME]).set(0);
+    let store = controller.store();
+    let synced = async move { super::wait_synced(&store).await };
+    super::drive(
+        controller,
+        super::Readying {
+            name: NAME,
+            synced,
+            readiness,
+            metrics: ctx.metrics.clone(),
+        },
+        reconcile,
+        error_policy,
+        ctx,
+    )
+    .await;
 }
 
 #[cfg(test)]

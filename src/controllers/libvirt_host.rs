@@ -33,7 +33,6 @@ use std::{
     time::Duration,
 };
 
-use futures::StreamExt;
 use k8s_openapi::{
     api::core::v1::{ObjectReference, Secret},
     apimachinery::pkg::apis::meta::v1::Time,
@@ -49,7 +48,6 @@ use kube::{
     },
 };
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use super::{Context, apply_status, publish_event};
 use crate::{
@@ -586,40 +584,34 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             )
         })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let (synced, metrics) = (store.clone(), ctx.metrics.clone());
-    tokio::spawn(async move {
-        if super::wait_synced(&synced).await {
-            super::mark_synced(NAME, &readiness, &metrics);
-        }
-    });
+    let synced = {
+        let store = store.clone();
+        async move { super::wait_synced(&store).await }
+    };
     let state = Arc::new(State {
         ctx: ctx.clone(),
         store,
         connections: Mutex::default(),
     });
-    controller
-        .run(
-            |host, state| {
-                let span = tracing::info_span!(
-                    "reconcile",
-                    kind = "LibvirtHost",
-                    namespace = host.namespace(),
-                    name = host.name_any()
-                );
-                reconcile(host, state).instrument(span)
-            },
-            error_policy,
-            state.clone(),
-        )
-        .for_each(|_| futures::future::ready(()))
-        .await;
+    super::drive(
+        controller,
+        super::Readying {
+            name: NAME,
+            synced,
+            readiness,
+            metrics: ctx.metrics.clone(),
+        },
+        reconcile,
+        error_policy,
+        state.clone(),
+    )
+    .await;
     let all: Vec<Arc<Connection>> = state
         .connections
         .lock()
         .map(|mut m| m.drain().map(|(_, c)| c).collect())
         .unwrap_or_default();
     close(all);
-    ctx.metrics.controller_ready.with_label_values(&[NAME]).set(0);
 }
 
 #[cfg(test)]

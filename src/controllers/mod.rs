@@ -15,17 +15,21 @@ pub mod libvirt_host;
 pub mod scheduled_machine;
 mod status;
 
-use std::{sync::Arc, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
+use futures::StreamExt;
 use kube::{
-    Client, Resource,
+    Client, Resource, ResourceExt,
     api::Api,
     runtime::{
+        controller::{Action as ControllerAction, Controller},
         events::{Recorder, Reporter},
         reflector::Store,
     },
 };
+use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::{api::capi::CapiVersion, clock::Clock, endpoint::EndpointProbe, health::Readiness, metrics::Metrics};
 
@@ -181,6 +185,60 @@ where
             Err(_) => {}
         }
     }
+}
+
+/// How a controller reports readiness: `name` turns ready once `synced` resolves true (usually
+/// [`wait_synced`] on its store, joined with any other cache it reads).
+pub struct Readying<S> {
+    /// Controller name in readiness and metrics.
+    pub name: &'static str,
+    /// Resolves true once the caches are full.
+    pub synced: S,
+    /// Where readiness is recorded.
+    pub readiness: Readiness,
+    /// Where the ready gauge lives.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Drive `controller` until it shuts down: it turns ready as `readying` says, every reconcile
+/// runs in a span naming kind, namespace and name, and the ready gauge drops at the end.
+pub async fn drive<K, Ctx, Fut, E>(
+    controller: Controller<K>,
+    readying: Readying<impl Future<Output = bool> + Send + 'static>,
+    mut reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> Fut,
+    error_policy: impl Fn(Arc<K>, &E, Arc<Ctx>) -> ControllerAction,
+    ctx: Arc<Ctx>,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    Fut: Future<Output = Result<ControllerAction, E>> + Send + 'static,
+    E: std::error::Error + Send + 'static,
+{
+    let Readying {
+        name,
+        synced,
+        readiness,
+        metrics,
+    } = readying;
+    let ready_metrics = metrics.clone();
+    tokio::spawn(async move {
+        if synced.await {
+            mark_synced(name, &readiness, &ready_metrics);
+        }
+    });
+    let kind = K::kind(&()).into_owned();
+    controller
+        .run(
+            move |obj, ctx| {
+                let span =
+                    tracing::info_span!("reconcile", kind = %kind, namespace = obj.namespace(), name = obj.name_any());
+                reconcile(obj, ctx).instrument(span)
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    metrics.controller_ready.with_label_values(&[name]).set(0);
 }
 
 /// Record that `controller`'s caches have synced.

@@ -60,7 +60,6 @@ use std::{
     sync::{Arc, Mutex, PoisonError},
 };
 
-use futures::StreamExt;
 use k8s_openapi::{
     api::core::v1::{ObjectReference, Secret},
     apimachinery::pkg::apis::meta::v1::{OwnerReference, Time},
@@ -77,10 +76,9 @@ use kube::{
     },
 };
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use self::plan::{Existing, Observation, Plan};
-use super::{Context, apply_status, mark_synced, publish_event, wait_synced};
+use super::{Context, apply_status, publish_event, wait_synced};
 use crate::{
     api::{
         CLUSTER_NAME_LABEL, PAUSED_ANNOTATION,
@@ -352,29 +350,20 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             },
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let metrics = ctx.metrics.clone();
-    tokio::spawn(async move {
-        if wait_synced(&store).await {
-            mark_synced(NAME, &readiness, &metrics);
-        }
-    });
-    controller
-        .run(
-            |config, ctx| {
-                let span = tracing::info_span!(
-                    "reconcile",
-                    kind = "IgnitionConfig",
-                    namespace = config.namespace(),
-                    name = config.name_any()
-                );
-                reconcile(config, ctx).instrument(span)
-            },
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()))
-        .await;
-    ctx.metrics.controller_ready.with_label_values(&[NAME]).set(0);
+    let synced = async move { wait_synced(&store).await };
+    super::drive(
+        controller,
+        super::Readying {
+            name: NAME,
+            synced,
+            readiness,
+            metrics: ctx.metrics.clone(),
+        },
+        reconcile,
+        error_policy,
+        ctx,
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -33,10 +33,9 @@ use kube::{
     },
 };
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use self::plan::{Action, Decision, decide};
-use super::{Context, apply_status, mark_synced, publish_event, wait_synced};
+use super::{Context, apply_status, publish_event, wait_synced};
 use crate::{
     api::{
         ScheduledMachine,
@@ -344,16 +343,9 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     let synced = {
         let machines = machines.clone();
         let store = controller.store();
-        let readiness = readiness.clone();
-        let metrics = ctx.metrics.clone();
-        async move {
-            // Both caches must be full before the controller counts as ready.
-            if wait_synced(&machines).await && wait_synced(&store).await {
-                mark_synced(NAME, &readiness, &metrics);
-            }
-        }
+        // Both caches must be full before the controller counts as ready.
+        async move { wait_synced(&machines).await && wait_synced(&store).await }
     };
-    tokio::spawn(synced);
 
     let gate = gate::CreationGate::new(ctx.settings.max_concurrent_creations);
     let state = Arc::new(State {
@@ -362,21 +354,17 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
         gate,
         phases: Mutex::default(),
     });
-    controller
-        .run(
-            |sm, state| {
-                let span = tracing::info_span!(
-                    "reconcile",
-                    kind = "ScheduledMachine",
-                    namespace = sm.namespace(),
-                    name = sm.name_any()
-                );
-                reconcile(sm, state).instrument(span)
-            },
-            error_policy,
-            state,
-        )
-        .for_each(|_| futures::future::ready(()))
-        .await;
-    ctx.metrics.controller_ready.with_label_values(&[NAME]).set(0);
+    super::drive(
+        controller,
+        super::Readying {
+            name: NAME,
+            synced,
+            readiness,
+            metrics: ctx.metrics.clone(),
+        },
+        reconcile,
+        error_policy,
+        state,
+    )
+    .await;
 }
