@@ -64,6 +64,8 @@ impl ManagerConfig {
                 error_requeue: Duration::from_secs(10),
                 max_concurrent_creations: usize::try_from(args.max_concurrent_creations).unwrap_or(usize::MAX),
                 simulated_hosts: None,
+                domain_check_interval: Duration::from_secs(args.domain_check_interval_seconds),
+                max_concurrent_host_connects: usize::try_from(args.max_concurrent_host_connects).unwrap_or(usize::MAX),
             },
             leader,
             probe: Arc::new(TcpProbe {
@@ -96,6 +98,9 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Readiness of the controllers.
     pub readiness: Readiness,
+    /// The one libvirt connection per host (tests and the sandbox inspect hosts through it).
+    #[cfg(feature = "caplv")]
+    pub hosts: Arc<crate::controllers::host_connections::HostConnections>,
 }
 
 impl Shared {
@@ -107,6 +112,8 @@ impl Shared {
         Ok(Self {
             metrics: Arc::new(Metrics::new().context("cannot register metrics")?),
             readiness: Readiness::default(),
+            #[cfg(feature = "caplv")]
+            hosts: Arc::default(),
         })
     }
 }
@@ -146,7 +153,14 @@ pub async fn run(
     shared: Shared,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let Shared { metrics, readiness } = shared;
+    let Shared {
+        metrics,
+        readiness,
+        #[cfg(feature = "caplv")]
+        hosts,
+    } = shared;
+    #[cfg(feature = "caplv")]
+    hosts.set_max_concurrent_opens(config.settings.max_concurrent_host_connects);
     let listener = http::bind(config.metrics_addr)
         .await
         .with_context(|| format!("cannot listen on {}", config.metrics_addr))?;
@@ -170,6 +184,8 @@ pub async fn run(
         config.probe,
         capi,
         config.clock,
+        #[cfg(feature = "caplv")]
+        hosts,
     ));
     match &config.leader {
         None => {

@@ -122,6 +122,14 @@ pub struct RunArgs {
     /// once, higher `priority` goes first.
     #[arg(long, env = "CAPLV_MAX_CONCURRENT_CREATIONS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub max_concurrent_creations: u64,
+    /// Seconds between checks that a provisioned LibvirtMachine's domain still runs (a shut-off
+    /// domain is restarted, a vanished one reported).
+    #[arg(long, env = "CAPLV_DOMAIN_CHECK_INTERVAL_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub domain_check_interval_seconds: u64,
+    /// libvirt hosts the manager may be connecting to (SSH handshake plus libvirt open) at the
+    /// same time; open connections are not limited.
+    #[arg(long, env = "CAPLV_MAX_CONCURRENT_HOST_CONNECTS", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub max_concurrent_host_connects: u64,
     /// Seconds to wait for the Kubernetes API server at start-up before giving up.
     #[arg(long, env = "CAPLV_API_TIMEOUT_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub api_timeout_seconds: u64,

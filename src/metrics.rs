@@ -28,6 +28,11 @@ pub struct Metrics {
     pub evictions: IntCounterVec,
     /// Seconds between a schedule edge and the reconcile that acted on it.
     pub schedule_lag: Histogram,
+    /// LibvirtMachine lifecycle events by kind (`provisioned`, `restarted`, `vanished`,
+    /// `deleted`, `abandoned`).
+    pub machine_events: IntCounterVec,
+    /// Seconds a provisioning pass (disks, Ignition, define, start) spent on the host.
+    pub provision_duration: Histogram,
 }
 
 impl Metrics {
@@ -78,6 +83,22 @@ impl Metrics {
             HistogramOpts::new("schedule_lag_seconds", "Delay between a schedule edge and acting on it")
                 .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0]),
         )?;
+        let machine_events = IntCounterVec::new(
+            Opts::new(
+                "libvirt_machine_events_total",
+                "LibvirtMachine lifecycle events by kind",
+            ),
+            &["event"],
+        )?;
+        let provision_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "libvirt_provision_duration_seconds",
+                "Time one provisioning pass spent on the host",
+            )
+            .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0]),
+        )?;
+        registry.register(Box::new(machine_events.clone()))?;
+        registry.register(Box::new(provision_duration.clone()))?;
         registry.register(Box::new(scheduled_machines.clone()))?;
         registry.register(Box::new(phase_transitions.clone()))?;
         registry.register(Box::new(evictions.clone()))?;
@@ -100,6 +121,8 @@ impl Metrics {
             phase_transitions,
             evictions,
             schedule_lag,
+            machine_events,
+            provision_duration,
         })
     }
 

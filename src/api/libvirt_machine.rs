@@ -284,6 +284,10 @@ pub struct LibvirtMachineStatus {
     /// Last observed libvirt domain state (e.g. `running`, `shutoff`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain_state: Option<String>,
+    /// vCPUs and memory committed to this machine on its host at admission; the domain gets
+    /// exactly these, and the host's available capacity excludes them until the machine is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<AllocatedResources>,
     /// What was created on the host for this machine, so deletion removes exactly that.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_artifacts: Option<ManagedArtifacts>,
@@ -293,6 +297,17 @@ pub struct LibvirtMachineStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// Resources committed to one machine on its host.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AllocatedResources {
+    /// Virtual CPUs.
+    pub vcpus: i32,
+    /// Memory, MiB.
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: i64,
 }
 
 /// Host-side artifacts owned by one machine.
@@ -308,7 +323,11 @@ pub struct ManagedArtifacts {
     /// Ignition volume, as `pool/volume`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignition_volume: Option<String>,
-    /// Per-VM UEFI NVRAM file.
+    /// Serial console log, as `pool/volume` (virtlogd writes it into the root disk's pool, so
+    /// it is removed through libvirt like the disks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console_log: Option<String>,
+    /// Per-VM UEFI NVRAM file (removed with the domain definition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvram_path: Option<String>,
 }

@@ -44,6 +44,9 @@ pub use scheduled_machine::ScheduledMachine;
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// Annotation that pauses reconciliation of a single object.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// Label carrying a ScheduledMachine's priority onto the objects it creates; LibvirtMachines
+/// waiting for host capacity are admitted highest first.
+pub const PRIORITY_LABEL: &str = "5spot.finos.org/priority";
 
 /// Every CRD this binary defines, in a stable order (the order `caplv-manager crds` prints).
 pub fn crds() -> Vec<CustomResourceDefinition> {

@@ -3,16 +3,13 @@
 //! `connect (cached) → capabilities → pure plan → status`. There is no finalizer: a LibvirtHost
 //! creates nothing outside Kubernetes.
 //!
-//! - **Connections.** `test:///…` and `qemu:///…` URIs are opened directly; `qemu+ssh://` reads the
-//!   Secret `spec.secretRef` (key `ssh-privatekey`, namespace defaulting to the host's), opens one
-//!   SSH session whose host key is judged by the spec's pin (or explicit opt-out), tunnels the
-//!   remote libvirt socket to a private local socket and opens libvirt on that. One connection
-//!   per host is kept in the controller's cache, keyed by (namespace, name), and rebuilt when the
-//!   URI, the host key settings or the Secret's resourceVersion change, or when the tunnel or the
-//!   libvirt connection is dead. Every blocking libvirt call runs in `spawn_blocking`.
+//! - **Connections** come from the cache shared with the LibvirtMachine controller
+//!   ([`super::host_connections`]): one per host, rebuilt when the URI, the host key settings or
+//!   the key Secret change, or when it dies. Every blocking libvirt call runs in `spawn_blocking`.
 //! - **Capacity.** `total` is what the host reports; `available` is total minus
-//!   `spec.reservedResources`, clamped at zero. Subtracting what this manager's machines use comes
-//!   with the LibvirtMachine controller. After a failed check the last known capacity, version
+//!   `spec.reservedResources` minus what this manager's LibvirtMachines on the host have been
+//!   allocated (`status.allocated`), clamped at zero. Machines are watched, so an admission or a
+//!   deletion updates `available` at once. After a failed check the last known capacity, version
 //!   and KVM flag are kept (the `Reachable`/`Ready` conditions and `ready` say they are stale).
 //! - **Conditions.** `Reachable` (True `Connected`, or False with the transport's reason:
 //!   `HostKeyMismatch`, `HostKeyNotPinned`, `AuthenticationFailed`, `ConnectionFailed`,
@@ -27,11 +24,7 @@
 //!   `min(interval, 30 s)`. Secrets are watched (metadata only) and mapped to the hosts that
 //!   reference them, so a new or rotated key is picked up at once.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{
     api::core::v1::{ObjectReference, Secret},
@@ -49,25 +42,26 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Context, apply_status, publish_event};
+pub use super::host_connections::{Failure, SECRET_KEY};
+use super::{
+    Context, apply_status,
+    host_connections::{HostConnections, HostId, SecretReadError, host_id},
+    placement::{self, Placement, Resources},
+    publish_event,
+};
 use crate::{
     api::{
         condition::{self, DesiredCondition, Status},
-        libvirt_host::{HostCapacity, LibvirtHost, LibvirtHostSpec, LibvirtHostStatus, ReservedResources},
+        libvirt_host::{HostCapacity, LibvirtHost, LibvirtHostSpec, LibvirtHostStatus},
+        libvirt_machine::LibvirtMachine,
     },
     health::Readiness,
-    libvirt::{
-        hypervisor::{HostInfo, Hypervisor, HypervisorError},
-        ssh::{ClientKey, HostKeyPolicy, LibvirtUri, SshError, SshOptions, SshSession, Tunnel, remote_socket_path},
-        virt_backend::VirtHypervisor,
-    },
+    libvirt::hypervisor::HostInfo,
 };
 
 /// Controller name in metrics and logs.
 pub const NAME: &str = "libvirthost";
 const FIELD_MANAGER: &str = "caplv-manager/libvirthost";
-/// The Secret key holding the SSH private key.
-pub const SECRET_KEY: &str = "ssh-privatekey";
 /// The `Reachable` condition type.
 pub const REACHABLE: &str = "Reachable";
 /// Reason of a True `Reachable`/`Ready`.
@@ -79,16 +73,8 @@ pub const FAILURE_RETRY: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Reading the SSH key Secret failed.
-    #[error("cannot read Secret {namespace}/{name}: {source}")]
-    GetSecret {
-        /// Secret namespace.
-        namespace: String,
-        /// Secret name.
-        name: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    GetSecret(#[from] SecretReadError),
     /// Writing status failed.
     #[error("cannot write status: {0}")]
     PatchStatus(#[source] kube::Error),
@@ -99,46 +85,9 @@ impl Error {
     #[must_use]
     pub const fn reason(&self) -> &'static str {
         match self {
-            Self::GetSecret { .. } => "GetSecret",
+            Self::GetSecret(_) => "GetSecret",
             Self::PatchStatus(_) => "PatchStatus",
         }
-    }
-}
-
-/// Why a host could not be checked; safe to show (no key material).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Failure {
-    /// Condition reason.
-    pub reason: &'static str,
-    /// Condition message.
-    pub message: String,
-    /// The SSH host key fingerprint the server presented, when one was seen.
-    pub observed_fingerprint: Option<String>,
-}
-
-impl Failure {
-    fn new(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            reason,
-            message: message.into(),
-            observed_fingerprint: None,
-        }
-    }
-}
-
-impl From<SshError> for Failure {
-    fn from(e: SshError) -> Self {
-        Self {
-            reason: e.reason().as_str(),
-            observed_fingerprint: e.observed_fingerprint().map(str::to_owned),
-            message: e.to_string(),
-        }
-    }
-}
-
-impl From<HypervisorError> for Failure {
-    fn from(e: HypervisorError) -> Self {
-        Self::new(e.reason(), e.to_string())
     }
 }
 
@@ -151,6 +100,8 @@ pub enum Observation {
         info: HostInfo,
         /// The SSH host key fingerprint, for SSH hosts.
         fingerprint: Option<String>,
+        /// What this manager's machines have committed on the host.
+        committed: Resources,
     },
     /// The host could not be reached or used.
     Failed(Failure),
@@ -165,16 +116,18 @@ pub struct Plan {
     pub requeue: Duration,
 }
 
-/// Capacity from what the host reports, minus the reservation (clamped at zero).
+/// Capacity from what the host reports, minus the reservation and what our machines have
+/// committed (clamped at zero).
 #[must_use]
-pub fn capacity(info: &HostInfo, reserved: &ReservedResources) -> HostCapacity {
+pub fn capacity(info: &HostInfo, spec: &LibvirtHostSpec, committed: Resources) -> HostCapacity {
     let total_vcpus = i32::try_from(info.cpus).unwrap_or(i32::MAX);
     let total_memory_mb = i64::try_from(info.memory_mib).unwrap_or(i64::MAX);
+    let offered = placement::offered_from(spec, i64::from(total_vcpus), total_memory_mb);
     HostCapacity {
         total_vcpus,
         total_memory_mb,
-        available_vcpus: total_vcpus.saturating_sub(reserved.vcpus).max(0),
-        available_memory_mb: total_memory_mb.saturating_sub(i64::from(reserved.memory_mb)).max(0),
+        available_vcpus: i32::try_from(offered.vcpus.saturating_sub(committed.vcpus).max(0)).unwrap_or(i32::MAX),
+        available_memory_mb: offered.memory_mib.saturating_sub(committed.memory_mib).max(0),
     }
 }
 
@@ -196,9 +149,13 @@ pub fn plan(
     let interval = interval(spec);
     let mut status = current.clone();
     let (condition_status, reason, message, requeue) = match observation {
-        Observation::Probed { info, fingerprint } => {
+        Observation::Probed {
+            info,
+            fingerprint,
+            committed,
+        } => {
             status.ready = true;
-            status.capacity = Some(capacity(info, &spec.reserved_resources));
+            status.capacity = Some(capacity(info, spec, *committed));
             status.libvirt_version = Some(info.libvirt_version.clone());
             status.kvm_available = Some(info.kvm_available);
             if fingerprint.is_some() {
@@ -241,276 +198,53 @@ pub fn plan(
     Plan { status, requeue }
 }
 
-/// What a cached connection was built from; any change rebuilds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct ConnKey {
-    uri: String,
-    host_key_fingerprint: Option<String>,
-    insecure: bool,
-    secret_version: Option<String>,
+/// The connection cache and admission state shared with the LibvirtMachine controller.
+pub struct Shared {
+    /// One connection per host.
+    pub hosts: Arc<HostConnections>,
+    /// What machines have committed on each host.
+    pub placement: Arc<Placement>,
 }
 
-/// One open connection to a host. Fields drop in order: libvirt first, then the tunnel.
-struct Connection {
-    key: ConnKey,
-    hv: Arc<VirtHypervisor>,
-    tunnel: Option<Tunnel>,
-    fingerprint: Option<String>,
-}
-
-impl Connection {
-    fn is_closed(&self) -> bool {
-        self.tunnel.as_ref().is_some_and(Tunnel::is_closed)
-    }
-}
-
-/// Controller state: the shared context, the host store and the connection cache.
+/// Controller state: the shared context, the host store and the shared caches.
 struct State {
     ctx: Arc<Context>,
     store: Store<LibvirtHost>,
-    connections: Mutex<HashMap<(String, String), Arc<Connection>>>,
+    shared: Shared,
 }
 
-impl State {
-    fn cached(&self, id: &(String, String)) -> Option<Arc<Connection>> {
-        self.connections.lock().ok()?.get(id).cloned()
-    }
-
-    fn insert(&self, id: (String, String), conn: Arc<Connection>) -> Option<Arc<Connection>> {
-        self.connections.lock().ok()?.insert(id, conn)
-    }
-
-    fn remove(&self, id: &(String, String)) -> Option<Arc<Connection>> {
-        self.connections.lock().ok()?.remove(id)
-    }
-
-    /// Drop connections of hosts that no longer exist.
-    fn prune(&self) -> Vec<Arc<Connection>> {
-        let live: Vec<(String, String)> = self
-            .store
-            .state()
-            .iter()
-            .map(|h| (h.namespace().unwrap_or_default(), h.name_any()))
-            .collect();
-        let Ok(mut map) = self.connections.lock() else {
-            return Vec::new();
-        };
-        let gone: Vec<(String, String)> = map.keys().filter(|k| !live.contains(k)).cloned().collect();
-        gone.iter().filter_map(|k| map.remove(k)).collect()
-    }
-}
-
-/// Close connections off the reactor (closing a remote libvirt connection is an RPC).
-fn close(conns: Vec<Arc<Connection>>) {
-    if !conns.is_empty() {
-        drop(tokio::task::spawn_blocking(move || drop(conns)));
-    }
-}
-
-/// The SSH key from the referenced Secret, with the Secret's resourceVersion.
-enum SecretKey {
-    Found { bytes: Vec<u8>, version: Option<String> },
-    Missing(Failure),
-}
-
-async fn read_secret(client: &kube::Client, host: &LibvirtHost) -> Result<SecretKey, Error> {
-    let host_ns = host.namespace().unwrap_or_default();
-    let Some(reference) = &host.spec.secret_ref else {
-        return Ok(SecretKey::Missing(Failure::new(
-            "SecretNotFound",
-            "spec.secretRef is required for qemu+ssh URIs",
-        )));
-    };
-    let namespace = reference.namespace.clone().unwrap_or(host_ns);
-    let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-    let secret = api.get_opt(&reference.name).await.map_err(|source| Error::GetSecret {
-        namespace: namespace.clone(),
-        name: reference.name.clone(),
-        source,
-    })?;
-    let Some(secret) = secret else {
-        return Ok(SecretKey::Missing(Failure::new(
-            "SecretNotFound",
-            format!("Secret {namespace}/{} does not exist", reference.name),
-        )));
-    };
-    let version = secret.resource_version();
-    match secret.data.as_ref().and_then(|d| d.get(SECRET_KEY)) {
-        Some(bytes) => Ok(SecretKey::Found {
-            bytes: bytes.0.clone(),
-            version,
-        }),
-        None => Ok(SecretKey::Missing(Failure::new(
-            "InvalidPrivateKey",
-            format!("Secret {namespace}/{} has no {SECRET_KEY:?} key", reference.name),
-        ))),
-    }
-}
-
-async fn open_blocking(uri: String) -> Result<VirtHypervisor, Failure> {
-    match tokio::task::spawn_blocking(move || VirtHypervisor::connect(&uri)).await {
-        Ok(result) => result.map_err(Failure::from),
-        Err(e) => Err(Failure::new(
-            "ConnectionFailed",
-            format!("libvirt connect task failed: {e}"),
-        )),
-    }
-}
-
-/// Open a new connection for `host`.
-async fn open(
-    spec: &LibvirtHostSpec,
-    uri: &LibvirtUri,
-    key: ConnKey,
-    secret: Option<&[u8]>,
-) -> Result<Connection, Failure> {
-    match uri {
-        LibvirtUri::Ssh(target) => {
-            let policy = HostKeyPolicy::from_spec(
-                spec.host_key_fingerprint.as_deref(),
-                spec.insecure_skip_host_key_verification,
-            )
-            .map_err(|e| Failure::from(SshError::from(e)))?;
-            let client_key = ClientKey::from_secret_bytes(secret.unwrap_or_default())?;
-            let options = SshOptions::new(target.clone(), policy, client_key);
-            let session = SshSession::connect(&options).await?;
-            let fingerprint = session.host_fingerprint().to_owned();
-            let remote = match remote_socket_path(target.mode, None) {
-                Ok(r) => r,
-                Err(e) => {
-                    session.disconnect().await;
-                    return Err(Failure {
-                        observed_fingerprint: Some(fingerprint),
-                        ..Failure::from(e)
-                    });
-                }
-            };
-            let tunnel = match session.open_tunnel(&remote, None).await {
-                Ok(t) => t,
-                Err(e) => {
-                    session.disconnect().await;
-                    return Err(Failure {
-                        observed_fingerprint: Some(fingerprint),
-                        ..Failure::from(e)
-                    });
-                }
-            };
-            match open_blocking(tunnel.libvirt_uri()).await {
-                Ok(hv) => Ok(Connection {
-                    key,
-                    hv: Arc::new(hv),
-                    tunnel: Some(tunnel),
-                    fingerprint: Some(fingerprint),
-                }),
-                Err(failure) => {
-                    drop(tunnel);
-                    session.disconnect().await;
-                    Err(Failure {
-                        observed_fingerprint: Some(fingerprint),
-                        ..failure
-                    })
-                }
-            }
-        }
-        LibvirtUri::LocalQemu(_) | LibvirtUri::Test(_) => {
-            let local = uri.local_uri().unwrap_or_else(|| spec.uri.clone());
-            let hv = open_blocking(local).await?;
-            Ok(Connection {
-                key,
-                hv: Arc::new(hv),
-                tunnel: None,
-                fingerprint: None,
-            })
-        }
-    }
-}
-
-/// Connect (or reuse the cached connection) and read the host's capabilities.
+/// Connect (or reuse the shared connection) and read the host's capabilities.
 async fn observe(host: &LibvirtHost, state: &State) -> Result<Observation, Error> {
-    let id = (host.namespace().unwrap_or_default(), host.name_any());
-    // In the sandbox's test mode the host is a private test driver, whatever the URI names.
-    let spec_uri = match &state.ctx.settings.simulated_hosts {
-        Some(dir) => match crate::libvirt::simulated::host_uri(dir, &id.0, &id.1) {
-            Ok(uri) => uri,
-            Err(e) => {
-                return Ok(Observation::Failed(Failure::new(
-                    "HypervisorUnavailable",
-                    format!("cannot prepare the simulated host: {e}"),
-                )));
-            }
-        },
-        None => host.spec.uri.clone(),
+    let id = host_id(host);
+    let conn = match state
+        .shared
+        .hosts
+        .get(&state.ctx.client, &state.ctx.settings, host)
+        .await?
+    {
+        Ok(c) => c,
+        Err(failure) => return Ok(Observation::Failed(failure)),
     };
-    let uri = match LibvirtUri::parse(&spec_uri) {
-        Ok(u) => u,
-        Err(e) => {
-            close(state.remove(&id).into_iter().collect());
-            return Ok(Observation::Failed(Failure::new("InvalidURI", e.to_string())));
-        }
-    };
-    let mut secret = None;
-    let mut secret_version = None;
-    if uri.is_ssh() {
-        match read_secret(&state.ctx.client, host).await? {
-            SecretKey::Found { bytes, version } => {
-                secret = Some(bytes);
-                secret_version = version;
-            }
-            SecretKey::Missing(failure) => {
-                close(state.remove(&id).into_iter().collect());
-                return Ok(Observation::Failed(failure));
-            }
-        }
-    }
-    let key = ConnKey {
-        uri: spec_uri.clone(),
-        host_key_fingerprint: host.spec.host_key_fingerprint.clone(),
-        insecure: host.spec.insecure_skip_host_key_verification,
-        secret_version,
-    };
-    let conn = match state.cached(&id).filter(|c| c.key == key && !c.is_closed()) {
-        Some(c) => c,
-        None => {
-            close(state.remove(&id).into_iter().collect());
-            match open(&host.spec, &uri, key, secret.as_deref()).await {
-                Ok(c) => {
-                    let c = Arc::new(c);
-                    close(state.insert(id.clone(), c.clone()).into_iter().collect());
-                    c
-                }
-                Err(failure) => return Ok(Observation::Failed(failure)),
-            }
-        }
-    };
-    let hv = conn.hv.clone();
-    let probed = tokio::task::spawn_blocking(move || {
-        if hv.is_alive() {
-            hv.capabilities()
-        } else {
-            Err(HypervisorError::ConnectionFailed {
-                uri: hv.uri().to_owned(),
-                message: "connection closed".to_owned(),
-            })
-        }
-    })
-    .await;
+    let hv = conn.hypervisor();
+    let probed = tokio::task::spawn_blocking(move || hv.capabilities()).await;
     match probed {
         Ok(Ok(info)) => Ok(Observation::Probed {
             info,
-            fingerprint: conn.fingerprint.clone(),
+            fingerprint: conn.fingerprint().map(str::to_owned),
+            committed: state.shared.placement.committed(&id),
         }),
         Ok(Err(e)) => {
             if e.is_transient() {
                 // Rebuild on the next check.
-                close(state.remove(&id).into_iter().collect());
+                state.shared.hosts.forget(&id).await;
             }
             Ok(Observation::Failed(Failure {
-                observed_fingerprint: conn.fingerprint.clone(),
+                observed_fingerprint: conn.fingerprint().map(str::to_owned),
                 ..Failure::from(e)
             }))
         }
         Err(e) => {
-            close(state.remove(&id).into_iter().collect());
+            state.shared.hosts.forget(&id).await;
             Ok(Observation::Failed(Failure::new(
                 "ConnectionFailed",
                 format!("libvirt capabilities task failed: {e}"),
@@ -527,7 +261,9 @@ async fn reconcile(host: Arc<LibvirtHost>, state: Arc<State>) -> Result<Action, 
 }
 
 async fn apply(host: &LibvirtHost, state: &State) -> Result<Action, Error> {
-    close(state.prune());
+    let live: Vec<HostId> = state.store.state().iter().map(|h| host_id(h)).collect();
+    state.shared.hosts.prune(&live);
+    state.shared.placement.settle(&host_id(host));
     let observation = observe(host, state).await?;
     let current = host.status.clone().unwrap_or_default();
     let now = Time(Timestamp::now());
@@ -567,7 +303,7 @@ fn hosts_for_secret(store: &Store<LibvirtHost>, namespace: &str, name: &str) -> 
 }
 
 /// Run the controller until `shutdown` is cancelled.
-pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
+pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdown: CancellationToken) {
     let secrets: Api<PartialObjectMeta<Secret>> = match &ctx.settings.watch_namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
@@ -583,6 +319,17 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
                 &secret.name_any(),
             )
         })
+        // A machine's allocation changes what is available on its host.
+        .watches(
+            ctx.watched_api::<LibvirtMachine>(),
+            watcher::Config::default(),
+            |machine| {
+                Some(
+                    ObjectRef::<LibvirtHost>::new(&machine.spec.host_ref.name)
+                        .within(machine.namespace().as_deref().unwrap_or_default()),
+                )
+            },
+        )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let synced = {
         let store = store.clone();
@@ -591,7 +338,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     let state = Arc::new(State {
         ctx: ctx.clone(),
         store,
-        connections: Mutex::default(),
+        shared,
     });
     super::drive(
         controller,
@@ -606,12 +353,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
         state.clone(),
     )
     .await;
-    let all: Vec<Arc<Connection>> = state
-        .connections
-        .lock()
-        .map(|mut m| m.drain().map(|(_, c)| c).collect())
-        .unwrap_or_default();
-    close(all);
+    state.shared.hosts.close_all();
 }
 
 #[cfg(test)]

@@ -4,6 +4,10 @@
 //! ones that belong to the enabled families and returns when all have stopped.
 
 pub mod capi;
+#[cfg(feature = "caplv")]
+mod caplv;
+#[cfg(feature = "caplv")]
+pub mod host_connections;
 #[cfg(feature = "ignition")]
 pub mod ignition_config;
 pub mod kinds;
@@ -11,6 +15,10 @@ pub mod kinds;
 pub mod libvirt_cluster;
 #[cfg(feature = "caplv")]
 pub mod libvirt_host;
+#[cfg(feature = "caplv")]
+pub mod libvirt_machine;
+#[cfg(feature = "caplv")]
+pub mod placement;
 #[cfg(feature = "fivespot")]
 pub mod scheduled_machine;
 mod status;
@@ -86,7 +94,7 @@ impl Family {
     #[must_use]
     pub fn controllers(self) -> &'static [&'static str] {
         match self {
-            Self::Caplv => &["libvirtcluster", "libvirthost"],
+            Self::Caplv => &["libvirtcluster", "libvirthost", "libvirtmachine"],
             Self::Ignition => &["ignitionconfig"],
             Self::Fivespot => &["scheduledmachine"],
         }
@@ -107,6 +115,10 @@ pub struct Settings {
     /// When set (the sandbox's `--libvirt test`), every LibvirtHost is served by a private libvirt
     /// test driver whose node file lives in this directory, and no host is ever contacted.
     pub simulated_hosts: Option<std::path::PathBuf>,
+    /// How often a provisioned machine's domain is checked.
+    pub domain_check_interval: Duration,
+    /// Hosts being connected to at the same time, at most.
+    pub max_concurrent_host_connects: usize,
 }
 
 /// Everything a reconcile needs; one per manager, shared by every controller.
@@ -127,6 +139,9 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// API resources of kinds named in specs, resolved once through discovery.
     pub kinds: kinds::KindCache,
+    /// One libvirt connection per host, shared by the CAPLV controllers.
+    #[cfg(feature = "caplv")]
+    pub hosts: Arc<host_connections::HostConnections>,
 }
 
 impl Context {
@@ -138,6 +153,7 @@ impl Context {
         probe: Arc<dyn EndpointProbe>,
         capi: CapiVersion,
         clock: Arc<dyn Clock>,
+        #[cfg(feature = "caplv")] hosts: Arc<host_connections::HostConnections>,
     ) -> Self {
         let reporter = Reporter {
             controller: "caplv-manager".to_owned(),
@@ -154,6 +170,8 @@ impl Context {
             capi,
             clock,
             kinds,
+            #[cfg(feature = "caplv")]
+            hosts,
         }
     }
 
@@ -258,18 +276,7 @@ pub async fn run_families(ctx: Arc<Context>, families: &[Family], readiness: Rea
         }
         match family {
             #[cfg(feature = "caplv")]
-            Family::Caplv => {
-                tasks.push(tokio::spawn(libvirt_cluster::run(
-                    ctx.clone(),
-                    readiness.clone(),
-                    shutdown.clone(),
-                )));
-                tasks.push(tokio::spawn(libvirt_host::run(
-                    ctx.clone(),
-                    readiness.clone(),
-                    shutdown.clone(),
-                )));
-            }
+            Family::Caplv => tasks.extend(caplv::spawn(&ctx, &readiness, &shutdown)),
             #[cfg(feature = "ignition")]
             Family::Ignition => tasks.push(tokio::spawn(ignition_config::run(
                 ctx.clone(),

@@ -9,6 +9,8 @@
 //!   namespace, so names are unique per cluster.
 //! - **Domain UUID** = the LibvirtMachine's `metadata.uid` (already a UUID, unique, stable).
 //! - **Provider ID** = `libvirt:///<domain UUID>`.
+//! - **MAC address** = `52:54:00` (QEMU's locally administered prefix) followed by three bytes of
+//!   a hash of the domain UUID, unless the spec gives one.
 
 use uuid::Uuid;
 
@@ -81,6 +83,14 @@ pub fn provider_id(domain: Uuid) -> String {
     format!("libvirt:///{}", domain.hyphenated())
 }
 
+/// The MAC address derived from a domain UUID.
+#[must_use]
+pub fn mac_address(domain: Uuid) -> String {
+    let hash = Uuid::new_v5(&NAME_NAMESPACE, format!("mac:{}", domain.hyphenated()).as_bytes());
+    let b = hash.as_bytes();
+    format!("52:54:00:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +127,15 @@ mod tests {
         assert!(domain_uuid("not-a-uuid").is_none());
         assert_eq!(placeholder_uuid("default", "w"), placeholder_uuid("default", "w"));
         assert_ne!(placeholder_uuid("default", "w"), placeholder_uuid("other", "w"));
+    }
+
+    #[test]
+    fn mac_is_stable_local_and_differs_per_domain() {
+        let a = domain_uuid("3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b").unwrap();
+        let b = domain_uuid("3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5c").unwrap();
+        let mac = mac_address(a);
+        assert_eq!(mac, mac_address(a));
+        assert_ne!(mac, mac_address(b));
+        assert!(mac.starts_with("52:54:00:") && mac.len() == 17, "{mac}");
     }
 }

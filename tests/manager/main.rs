@@ -12,6 +12,7 @@ mod ignition_config;
 mod leader;
 mod libvirt_cluster;
 mod libvirt_host;
+mod libvirt_machine;
 mod sandbox;
 mod scheduled_machine;
 mod support;

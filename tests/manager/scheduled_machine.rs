@@ -73,8 +73,9 @@ fn ignition_configs(client: &Client) -> Api<DynamicObject> {
     )
 }
 
-/// The seed's Cluster, LibvirtCluster (pointed at a loopback listener) and Ignition Secret.
-async fn cluster(env: &Env, capi_version: &str) -> TcpListener {
+/// The seed's Cluster, LibvirtCluster (pointed at a loopback listener), Ignition Secret and
+/// LibvirtHost `laptop` (served by a private libvirt test driver shaped like the seed's laptop).
+async fn cluster(env: &Env, capi_version: &str) -> (TcpListener, tempfile::TempDir) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let infra_ref = if capi_version == "v1beta1" {
@@ -89,7 +90,10 @@ async fn cluster(env: &Env, capi_version: &str) -> TcpListener {
         include_str!("../../examples/seed/04-secret-worker-ignition.yaml"),
     )
     .await;
-    listener
+    let dir = tempfile::tempdir().unwrap();
+    let uri = caplv::libvirt::simulated::host_uri(dir.path(), "default", "laptop").unwrap();
+    apply_yaml(&env.client, &format!("apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1\nkind: LibvirtHost\nmetadata: {{name: laptop, namespace: default}}\nspec:\n  uri: \"{uri}\"\n")).await;
+    (listener, dir)
 }
 
 /// The seed's ScheduledMachine named `name`, with `edits` merged into its spec.
@@ -133,26 +137,21 @@ async fn nudge(env: &Env, name: &str) {
         .unwrap();
 }
 
-/// Act as the infrastructure and bootstrap providers: the VM is "provisioned" and the data
-/// Secret "written", so CAPI (simulated) links the Node its emulated kubelet registers.
+/// Act as the bootstrap provider (the data Secret is "written"), then let the LibvirtMachine
+/// controller provision the VM on the test host, so CAPI (simulated) links the Node its
+/// emulated kubelet registers.
 async fn provision(env: &Env, name: &str) {
-    let lvm = libvirt_machines(&env.client);
-    let uid = lvm.get(name).await.unwrap().uid().unwrap();
-    let spec = json!({"spec": {"providerID": format!("libvirt:///{uid}")}});
-    lvm.patch(name, &PatchParams::default(), &Patch::Merge(spec))
-        .await
-        .unwrap();
-    let status = json!({"status": {"ready": true, "initialization": {"provisioned": true}, "addresses": [
-        {"type": "InternalIP", "address": "192.168.122.100"}, {"type": "InternalDNS", "address": name}, {"type": "Hostname", "address": name}]}});
-    lvm.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
-        .await
-        .unwrap();
     let ignition =
         json!({"status": {"ready": true, "dataSecretName": name, "initialization": {"dataSecretCreated": true}}});
     ignition_configs(&env.client)
         .patch_status(name, &PatchParams::default(), &Patch::Merge(ignition))
         .await
         .unwrap();
+    let lvm = libvirt_machines(&env.client);
+    wait_until(&format!("LibvirtMachine {name} provisioned"), || async {
+        lvm.get(name).await.unwrap().data["status"]["ready"] == true
+    })
+    .await;
 }
 
 async fn wait_running(env: &Env, name: &str) {

@@ -34,6 +34,8 @@ pub fn fast_settings() -> Settings {
         error_requeue: Duration::from_millis(200),
         max_concurrent_creations: 10,
         simulated_hosts: None,
+        domain_check_interval: Duration::from_millis(500),
+        max_concurrent_host_connects: 4,
     }
 }
 

@@ -25,6 +25,7 @@ fn probed() -> Observation {
     Observation::Probed {
         info: info(),
         fingerprint: Some("SHA256:abc".into()),
+        committed: Resources::default(),
     }
 }
 
@@ -58,14 +59,25 @@ fn probed_host_is_ready_with_capacity_minus_reservation() {
 
 #[test]
 fn reservation_larger_than_the_host_clamps_at_zero() {
-    let c = capacity(
-        &info(),
-        &ReservedResources {
-            vcpus: 64,
-            memory_mb: 100_000,
-        },
-    );
+    let mut big = spec();
+    big.reserved_resources = crate::api::libvirt_host::ReservedResources {
+        vcpus: 64,
+        memory_mb: 100_000,
+    };
+    let c = capacity(&info(), &big, Resources::default());
     assert_eq!((c.available_vcpus, c.available_memory_mb), (0, 0));
+}
+
+#[test]
+fn machines_allocations_come_off_the_available_capacity() {
+    let committed = Resources {
+        vcpus: 4,
+        memory_mib: 8192,
+    };
+    let c = capacity(&info(), &spec(), committed);
+    // 16 - 2 reserved - 4; 31560 - 4096 reserved - 8192.
+    assert_eq!((c.available_vcpus, c.available_memory_mb), (10, 19_272));
+    assert_eq!((c.total_vcpus, c.total_memory_mb), (16, 31_560));
 }
 
 #[test]

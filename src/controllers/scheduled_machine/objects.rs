@@ -17,8 +17,7 @@ use crate::api::{
 
 /// Label naming the ScheduledMachine an object was created for; watches and adoption use it.
 pub const SCHEDULED_MACHINE_LABEL: &str = "5spot.finos.org/scheduled-machine";
-/// Label carrying the ScheduledMachine's priority, for the infrastructure provider's admission.
-pub const PRIORITY_LABEL: &str = "5spot.finos.org/priority";
+pub use crate::api::PRIORITY_LABEL;
 /// API group bootstrap configs must belong to.
 pub const BOOTSTRAP_GROUP: &str = "bootstrap.cluster.x-k8s.io";
 /// API group infrastructure objects must belong to.

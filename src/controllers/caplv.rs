@@ -1,0 +1,40 @@
+//! The CAPLV family: LibvirtCluster, LibvirtHost and LibvirtMachine controllers, wired to share
+//! one connection per host and one view of what is committed on each host.
+
+use std::sync::Arc;
+
+use kube::runtime::{controller::Controller, watcher};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{Context, libvirt_cluster, libvirt_host, libvirt_machine, placement::Placement};
+use crate::{api::libvirt_machine::LibvirtMachine, health::Readiness};
+
+/// Spawn the family's controllers; each task ends after `shutdown`.
+pub fn spawn(ctx: &Arc<Context>, readiness: &Readiness, shutdown: &CancellationToken) -> Vec<JoinHandle<()>> {
+    let hosts = ctx.hosts.clone();
+    // The machine controller's cache is also what the host controller sums allocations from.
+    let machines = Controller::new(ctx.watched_api::<LibvirtMachine>(), watcher::Config::default());
+    let placement = Arc::new(Placement::new(machines.store()));
+    let host_deps = libvirt_host::Shared {
+        hosts: hosts.clone(),
+        placement: placement.clone(),
+    };
+    let machine_deps = libvirt_machine::Shared { hosts, placement };
+    vec![
+        tokio::spawn(libvirt_cluster::run(ctx.clone(), readiness.clone(), shutdown.clone())),
+        tokio::spawn(libvirt_host::run(
+            ctx.clone(),
+            host_deps,
+            readiness.clone(),
+            shutdown.clone(),
+        )),
+        tokio::spawn(libvirt_machine::run(
+            ctx.clone(),
+            machines,
+            machine_deps,
+            readiness.clone(),
+            shutdown.clone(),
+        )),
+    ]
+}

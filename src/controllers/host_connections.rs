@@ -1,0 +1,422 @@
+//! One libvirt connection per LibvirtHost, shared by the LibvirtHost controller (health checks)
+//! and the LibvirtMachine controller (provisioning) of the same manager.
+//!
+//! - `test:///…` and `qemu:///…` URIs are opened directly; `qemu+ssh://` reads the Secret
+//!   `spec.secretRef` (key `ssh-privatekey`, namespace defaulting to the host's), opens one SSH
+//!   session whose host key is judged by the spec's pin (or explicit opt-out) before
+//!   authenticating, tunnels the remote libvirt socket to a private local socket and opens
+//!   libvirt on that. The key stays in memory.
+//! - A connection is rebuilt when the URI, the host key settings or the Secret's resourceVersion
+//!   change, or when the tunnel or libvirt says it is dead. Opening is serialised per host (two
+//!   reconciles never open two connections to one host) and bounded across hosts by a semaphore,
+//!   so a thousand hosts coming up at once do not start a thousand SSH handshakes.
+//! - A private `test:///<file>` driver keeps its state in its connection, so sharing the
+//!   connection is also what lets both controllers see the same simulated host.
+//! - Closing a remote libvirt connection is an RPC: connections are dropped on a blocking thread.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, ResourceExt};
+use tokio::sync::{Mutex as AsyncMutex, Semaphore};
+
+use super::Settings;
+use crate::{
+    api::libvirt_host::{LibvirtHost, LibvirtHostSpec},
+    libvirt::{
+        hypervisor::{Hypervisor, HypervisorError},
+        ssh::{ClientKey, HostKeyPolicy, LibvirtUri, SshError, SshOptions, SshSession, Tunnel, remote_socket_path},
+        virt_backend::VirtHypervisor,
+    },
+};
+
+/// The Secret key holding the SSH private key.
+pub const SECRET_KEY: &str = "ssh-privatekey";
+
+/// A host, by namespace and name.
+pub type HostId = (String, String);
+
+/// The id of `host`.
+#[must_use]
+pub fn host_id(host: &LibvirtHost) -> HostId {
+    (host.namespace().unwrap_or_default(), host.name_any())
+}
+
+/// Reading the SSH key Secret failed at the Kubernetes API (not: the Secret is missing).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read Secret {namespace}/{name}: {source}")]
+pub struct SecretReadError {
+    /// Secret namespace.
+    pub namespace: String,
+    /// Secret name.
+    pub name: String,
+    /// API error.
+    #[source]
+    pub source: kube::Error,
+}
+
+/// Why a host could not be connected or used; safe to show (no key material).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// Condition reason.
+    pub reason: &'static str,
+    /// Condition message.
+    pub message: String,
+    /// The SSH host key fingerprint the server presented, when one was seen.
+    pub observed_fingerprint: Option<String>,
+}
+
+impl Failure {
+    /// A failure without an observed fingerprint.
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+            observed_fingerprint: None,
+        }
+    }
+}
+
+impl From<SshError> for Failure {
+    fn from(e: SshError) -> Self {
+        Self {
+            reason: e.reason().as_str(),
+            observed_fingerprint: e.observed_fingerprint().map(str::to_owned),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<HypervisorError> for Failure {
+    fn from(e: HypervisorError) -> Self {
+        Self::new(e.reason(), e.to_string())
+    }
+}
+
+/// What a cached connection was built from; any change rebuilds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ConnKey {
+    uri: String,
+    host_key_fingerprint: Option<String>,
+    insecure: bool,
+    secret_version: Option<String>,
+}
+
+/// One open connection to a host. Fields drop in order: libvirt first, then the tunnel.
+pub struct Connection {
+    key: ConnKey,
+    hv: Arc<VirtHypervisor>,
+    tunnel: Option<Tunnel>,
+    fingerprint: Option<String>,
+}
+
+impl Connection {
+    /// The hypervisor behind this connection (blocking calls: use `spawn_blocking`).
+    #[must_use]
+    pub fn hypervisor(&self) -> Arc<dyn Hypervisor> {
+        self.hv.clone()
+    }
+
+    /// The SSH host key fingerprint the server presented, for SSH hosts.
+    #[must_use]
+    pub fn fingerprint(&self) -> Option<&str> {
+        self.fingerprint.as_deref()
+    }
+
+    /// Whether the tunnel or the libvirt connection has died (checked without an RPC).
+    fn is_closed(&self) -> bool {
+        self.tunnel.as_ref().is_some_and(Tunnel::is_closed) || !self.hv.is_alive()
+    }
+}
+
+/// A slot per host; its async lock serialises opening.
+type Slot = Arc<AsyncMutex<Option<Arc<Connection>>>>;
+
+/// Connections opened at the same time unless configured otherwise.
+pub const DEFAULT_MAX_CONCURRENT_OPENS: usize = 16;
+
+/// The connection cache shared by the CAPLV controllers (and, read-only, by tests and the
+/// sandbox, which look at the same simulated hosts through it).
+pub struct HostConnections {
+    slots: Mutex<HashMap<HostId, Slot>>,
+    opening: Semaphore,
+    limit: AtomicUsize,
+}
+
+impl std::fmt::Debug for HostConnections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hosts = self.slots.lock().map(|s| s.len()).unwrap_or(0);
+        f.debug_struct("HostConnections")
+            .field("hosts", &hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for HostConnections {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_CONCURRENT_OPENS)
+    }
+}
+
+impl HostConnections {
+    /// A cache that opens at most `max_concurrent_opens` connections at a time.
+    #[must_use]
+    pub fn new(max_concurrent_opens: usize) -> Self {
+        let limit = max_concurrent_opens.max(1);
+        Self {
+            slots: Mutex::default(),
+            opening: Semaphore::new(limit),
+            limit: AtomicUsize::new(limit),
+        }
+    }
+
+    /// Change how many connections may be opened at a time (set once at start-up).
+    pub fn set_max_concurrent_opens(&self, n: usize) {
+        let n = n.max(1);
+        let old = self.limit.swap(n, Ordering::SeqCst);
+        if n > old {
+            self.opening.add_permits(n - old);
+        } else {
+            self.opening.forget_permits(old - n);
+        }
+    }
+
+    fn slot(&self, id: &HostId) -> Option<Slot> {
+        let mut slots = self.slots.lock().ok()?;
+        Some(slots.entry(id.clone()).or_default().clone())
+    }
+
+    /// The open connection to `host`, opening (or rebuilding) it when needed.
+    ///
+    /// # Errors
+    /// The outer error is a Kubernetes API failure reading the key Secret (retry); the inner
+    /// one says why the host cannot be used.
+    pub async fn get(
+        &self,
+        client: &kube::Client,
+        settings: &Settings,
+        host: &LibvirtHost,
+    ) -> Result<Result<Arc<Connection>, Failure>, SecretReadError> {
+        let id = host_id(host);
+        // In the sandbox's test mode the host is a private test driver, whatever the URI names.
+        let spec_uri = match &settings.simulated_hosts {
+            Some(dir) => match crate::libvirt::simulated::host_uri(dir, &id.0, &id.1) {
+                Ok(uri) => uri,
+                Err(e) => {
+                    return Ok(Err(Failure::new(
+                        "HypervisorUnavailable",
+                        format!("cannot prepare the simulated host: {e}"),
+                    )));
+                }
+            },
+            None => host.spec.uri.clone(),
+        };
+        let Some(slot) = self.slot(&id) else {
+            return Ok(Err(Failure::new("ConnectionFailed", "connection cache is poisoned")));
+        };
+        let uri = match LibvirtUri::parse(&spec_uri) {
+            Ok(u) => u,
+            Err(e) => {
+                close(slot.lock().await.take());
+                return Ok(Err(Failure::new("InvalidURI", e.to_string())));
+            }
+        };
+        let mut secret = None;
+        let mut secret_version = None;
+        if uri.is_ssh() {
+            match read_secret(client, host).await? {
+                Ok((bytes, version)) => {
+                    secret = Some(bytes);
+                    secret_version = version;
+                }
+                Err(failure) => {
+                    close(slot.lock().await.take());
+                    return Ok(Err(failure));
+                }
+            }
+        }
+        let key = ConnKey {
+            uri: spec_uri,
+            host_key_fingerprint: host.spec.host_key_fingerprint.clone(),
+            insecure: host.spec.insecure_skip_host_key_verification,
+            secret_version,
+        };
+        let mut guard = slot.lock().await;
+        if let Some(conn) = guard.as_ref().filter(|c| c.key == key && !c.is_closed()) {
+            return Ok(Ok(conn.clone()));
+        }
+        close(guard.take());
+        let Ok(_permit) = self.opening.acquire().await else {
+            return Ok(Err(Failure::new("ConnectionFailed", "connection cache is closed")));
+        };
+        match open(&host.spec, &uri, key, secret.as_deref()).await {
+            Ok(conn) => {
+                let conn = Arc::new(conn);
+                *guard = Some(conn.clone());
+                Ok(Ok(conn))
+            }
+            Err(failure) => Ok(Err(failure)),
+        }
+    }
+
+    /// Drop `host`'s connection (after a transport error), so the next `get` rebuilds it.
+    pub async fn forget(&self, id: &HostId) {
+        if let Some(slot) = self.slot(id) {
+            close(slot.lock().await.take());
+        }
+    }
+
+    /// Drop the connections of hosts not in `live`.
+    pub fn prune(&self, live: &[HostId]) {
+        let gone: Vec<Slot> = match self.slots.lock() {
+            Ok(mut slots) => {
+                let ids: Vec<HostId> = slots.keys().filter(|k| !live.contains(k)).cloned().collect();
+                ids.iter().filter_map(|k| slots.remove(k)).collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        for slot in gone {
+            if let Ok(mut guard) = slot.try_lock() {
+                close(guard.take());
+            }
+        }
+    }
+
+    /// Drop every connection (at shutdown).
+    pub fn close_all(&self) {
+        let all: Vec<Slot> = self
+            .slots
+            .lock()
+            .map(|mut m| m.drain().map(|(_, s)| s).collect())
+            .unwrap_or_default();
+        for slot in all {
+            if let Ok(mut guard) = slot.try_lock() {
+                close(guard.take());
+            }
+        }
+    }
+}
+
+/// Close a connection off the reactor (closing a remote libvirt connection is an RPC).
+fn close(conn: Option<Arc<Connection>>) {
+    if let Some(conn) = conn
+        && let Ok(handle) = tokio::runtime::Handle::try_current()
+    {
+        drop(handle.spawn_blocking(move || drop(conn)));
+    }
+}
+
+/// The SSH key bytes and the Secret's resourceVersion, or why there are none.
+async fn read_secret(
+    client: &kube::Client,
+    host: &LibvirtHost,
+) -> Result<Result<(Vec<u8>, Option<String>), Failure>, SecretReadError> {
+    let host_ns = host.namespace().unwrap_or_default();
+    let Some(reference) = &host.spec.secret_ref else {
+        return Ok(Err(Failure::new(
+            "SecretNotFound",
+            "spec.secretRef is required for qemu+ssh URIs",
+        )));
+    };
+    let namespace = reference.namespace.clone().unwrap_or(host_ns);
+    let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let secret = api.get_opt(&reference.name).await.map_err(|source| SecretReadError {
+        namespace: namespace.clone(),
+        name: reference.name.clone(),
+        source,
+    })?;
+    let Some(secret) = secret else {
+        return Ok(Err(Failure::new(
+            "SecretNotFound",
+            format!("Secret {namespace}/{} does not exist", reference.name),
+        )));
+    };
+    let version = secret.resource_version();
+    match secret.data.as_ref().and_then(|d| d.get(SECRET_KEY)) {
+        Some(bytes) => Ok(Ok((bytes.0.clone(), version))),
+        None => Ok(Err(Failure::new(
+            "InvalidPrivateKey",
+            format!("Secret {namespace}/{} has no {SECRET_KEY:?} key", reference.name),
+        ))),
+    }
+}
+
+async fn open_blocking(uri: String) -> Result<VirtHypervisor, Failure> {
+    match tokio::task::spawn_blocking(move || VirtHypervisor::connect(&uri)).await {
+        Ok(result) => result.map_err(Failure::from),
+        Err(e) => Err(Failure::new(
+            "ConnectionFailed",
+            format!("libvirt connect task failed: {e}"),
+        )),
+    }
+}
+
+/// Attach the fingerprint seen on the wire to a failure after the handshake.
+fn seen(fingerprint: &str, failure: Failure) -> Failure {
+    Failure {
+        observed_fingerprint: Some(fingerprint.to_owned()),
+        ..failure
+    }
+}
+
+/// Open a new connection.
+async fn open(
+    spec: &LibvirtHostSpec,
+    uri: &LibvirtUri,
+    key: ConnKey,
+    secret: Option<&[u8]>,
+) -> Result<Connection, Failure> {
+    match uri {
+        LibvirtUri::Ssh(target) => {
+            let policy = HostKeyPolicy::from_spec(
+                spec.host_key_fingerprint.as_deref(),
+                spec.insecure_skip_host_key_verification,
+            )
+            .map_err(|e| Failure::from(SshError::from(e)))?;
+            let client_key = ClientKey::from_secret_bytes(secret.unwrap_or_default())?;
+            let options = SshOptions::new(target.clone(), policy, client_key);
+            let session = SshSession::connect(&options).await?;
+            let fingerprint = session.host_fingerprint().to_owned();
+            let tunnel = match remote_socket_path(target.mode, None) {
+                Ok(remote) => session.open_tunnel(&remote, None).await,
+                Err(e) => Err(e),
+            };
+            let tunnel = match tunnel {
+                Ok(t) => t,
+                Err(e) => {
+                    session.disconnect().await;
+                    return Err(seen(&fingerprint, Failure::from(e)));
+                }
+            };
+            match open_blocking(tunnel.libvirt_uri()).await {
+                Ok(hv) => Ok(Connection {
+                    key,
+                    hv: Arc::new(hv),
+                    tunnel: Some(tunnel),
+                    fingerprint: Some(fingerprint),
+                }),
+                Err(failure) => {
+                    drop(tunnel);
+                    session.disconnect().await;
+                    Err(seen(&fingerprint, failure))
+                }
+            }
+        }
+        LibvirtUri::LocalQemu(_) | LibvirtUri::Test(_) => {
+            let local = uri.local_uri().unwrap_or_else(|| key.uri.clone());
+            let hv = open_blocking(local).await?;
+            Ok(Connection {
+                key,
+                hv: Arc::new(hv),
+                tunnel: None,
+                fingerprint: None,
+            })
+        }
+    }
+}
