@@ -10,3 +10,5 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo test"
 cargo test --workspace --all-features
+echo "== system test (real libvirtd, QEMU, OVMF, sshd)"
+bash scripts/system-test.sh

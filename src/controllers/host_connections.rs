@@ -129,6 +129,12 @@ impl Connection {
         self.fingerprint.as_deref()
     }
 
+    /// libvirt RPC messages sent over SSH on this connection, for SSH hosts.
+    #[must_use]
+    pub fn rpc_messages(&self) -> Option<u64> {
+        self.tunnel.as_ref().map(Tunnel::rpc_messages)
+    }
+
     /// Whether the tunnel or the libvirt connection has died (checked without an RPC).
     fn is_closed(&self) -> bool {
         self.tunnel.as_ref().is_some_and(Tunnel::is_closed) || !self.hv.is_alive()

@@ -16,3 +16,4 @@ mod libvirt_machine;
 mod sandbox;
 mod scheduled_machine;
 mod support;
+mod system;

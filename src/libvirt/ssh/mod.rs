@@ -18,8 +18,8 @@
 //!    shows only the algorithm and public fingerprint).
 //! 4. [`SshSession::open_tunnel`] exposes the remote libvirt socket as a local unix socket in a
 //!    fresh private directory (mode 0700). Each local connection gets its own
-//!    `direct-streamlocal@openssh.com` channel on the shared SSH connection, pumped with
-//!    `tokio::io::copy_bidirectional`. The `virt` crate connects with
+//!    `direct-streamlocal@openssh.com` channel on the shared SSH connection, pumped by a copy
+//!    loop that also counts the libvirt RPC messages sent ([`Tunnel::rpc_messages`]). The `virt` crate connects with
 //!    [`Tunnel::libvirt_uri`] (`qemu+unix:///system?socket=<path>`). Dropping or closing the
 //!    [`Tunnel`] stops the listener, aborts the pumps and removes the socket and directory.
 //! 5. Liveness: russh sends keepalives every [`SshOptions::keepalive_interval`] and drops the
@@ -32,6 +32,7 @@
 //! Errors are [`SshError`]; [`SshError::reason`] gives the `Reachable` condition reason.
 
 mod fingerprint;
+mod rpc_count;
 mod tunnel;
 pub mod uri;
 

@@ -3,6 +3,10 @@
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinHandle;
@@ -23,6 +27,7 @@ pub struct Tunnel {
     mode: Mode,
     stop: CancellationToken,
     accept_task: JoinHandle<()>,
+    rpc_messages: Arc<AtomicU64>,
 }
 
 impl Tunnel {
@@ -53,12 +58,14 @@ impl Tunnel {
         let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
 
         let stop = CancellationToken::new();
+        let rpc_messages = Arc::new(AtomicU64::new(0));
         let accept_task = tokio::spawn(accept_loop(
             listener,
             session.clone(),
             remote.to_string(),
             stop.clone(),
             socket.clone(),
+            rpc_messages.clone(),
         ));
         let mode = session.target().mode;
         Ok(Tunnel {
@@ -68,7 +75,14 @@ impl Tunnel {
             mode,
             stop,
             accept_task,
+            rpc_messages,
         })
+    }
+
+    /// libvirt RPC messages sent to the host through this tunnel so far (calls and stream
+    /// packets; each call is one round trip over SSH).
+    pub fn rpc_messages(&self) -> u64 {
+        self.rpc_messages.load(Ordering::Relaxed)
     }
 
     /// Path of the local socket.
@@ -114,13 +128,14 @@ async fn accept_loop(
     remote: String,
     stop: CancellationToken,
     socket: PathBuf,
+    rpc_messages: Arc<AtomicU64>,
 ) {
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok((conn, _)) => {
-                    tokio::spawn(pump(conn, session.clone(), remote.clone(), stop.child_token()));
+                    tokio::spawn(pump(conn, session.clone(), remote.clone(), stop.child_token(), rpc_messages.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(socket = %socket.display(), error = %e, "libvirt tunnel: accept failed");
@@ -137,8 +152,14 @@ async fn accept_loop(
     stop.cancel();
 }
 
-async fn pump(mut conn: UnixStream, session: SshSession, remote: String, stop: CancellationToken) {
-    let mut channel = match session.open_streamlocal(&remote).await {
+async fn pump(
+    conn: UnixStream,
+    session: SshSession,
+    remote: String,
+    stop: CancellationToken,
+    rpc_messages: Arc<AtomicU64>,
+) {
+    let channel = match session.open_streamlocal(&remote).await {
         Ok(c) => c,
         Err(e) => {
             // Dropping `conn` gives the libvirt client an EOF, which it reports as a failure.
@@ -146,9 +167,30 @@ async fn pump(mut conn: UnixStream, session: SshSession, remote: String, stop: C
             return;
         }
     };
+    let (mut local_read, mut local_write) = conn.into_split();
+    let (mut remote_read, mut remote_write) = tokio::io::split(channel);
+    let upstream = async {
+        let mut counter = super::rpc_count::FrameCounter::default();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = local_read.read(&mut buf).await?;
+            if n == 0 {
+                return remote_write.shutdown().await;
+            }
+            let before = counter.frames();
+            counter.feed(&buf[..n]);
+            rpc_messages.fetch_add(counter.frames() - before, Ordering::Relaxed);
+            remote_write.write_all(&buf[..n]).await?;
+        }
+    };
+    let downstream = async {
+        tokio::io::copy(&mut remote_read, &mut local_write).await?;
+        // Pass the host's EOF on, so the libvirt client sees the connection end.
+        local_write.shutdown().await
+    };
     tokio::select! {
         () = stop.cancelled() => {}
-        r = tokio::io::copy_bidirectional(&mut conn, &mut channel) => {
+        r = async { tokio::try_join!(upstream, downstream) } => {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "libvirt tunnel: connection ended with error");
             }

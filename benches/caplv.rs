@@ -1,0 +1,361 @@
+//! CAPLV benchmark. Run with `cargo bench --bench caplv`.
+//!
+//! 1. **50 machines on 50 hosts**: 50 LibvirtHosts, each a private `test:///` driver shaped like
+//!    the seed's laptop, and 50 Machines created at once; reports the time until every domain
+//!    runs and until every machine is deleted again.
+//! 2. **Real libvirt over SSH** (when the `CAPLV_SYS_*` variables of `scripts/libvirt-env.sh`
+//!    are set, e.g. `scripts/bench-real-libvirt.sh`): a few Machines one after another on real
+//!    libvirtd + QEMU (TCG) + OVMF through the pinned-key SSH tunnel; reports Machine created →
+//!    domain running, Machine deleted → everything gone, and the libvirt RPC messages (round
+//!    trips over SSH) each took.
+//!
+//! The manager runs in this process (as in the integration tests) so the benchmark can read its
+//! connection cache; memkube and the CAPI simulator run alongside.
+
+#![allow(
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a benchmark aborts on the first failure, like a test"
+)]
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use caplv::{
+    api::{LibvirtHost, LibvirtMachine},
+    app::{self, ManagerConfig, Shared},
+    clock::SystemClock,
+    controllers::{Family, Settings},
+    endpoint::AlwaysReachable,
+    libvirt::simulated,
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, DynamicObject, Patch, PatchParams},
+    core::{ApiResource, GroupVersionKind},
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const HOSTS: usize = 50;
+const REAL_ROUNDS: usize = 3;
+const IGNITION: &str = r#"{"ignition":{"version":"3.4.0"}}"#;
+
+fn settings() -> Settings {
+    Settings {
+        watch_namespace: None,
+        endpoint_probe_interval: Duration::from_secs(60),
+        error_requeue: Duration::from_secs(1),
+        max_concurrent_creations: 10,
+        simulated_hosts: None,
+        domain_check_interval: Duration::from_secs(60),
+        max_concurrent_host_connects: 16,
+    }
+}
+
+struct Bench {
+    server: memkube::Server,
+    client: Client,
+    shared: Shared,
+    shutdown: CancellationToken,
+    manager: tokio::task::JoinHandle<anyhow::Result<()>>,
+    sim: capi_sim::SimulatorHandle,
+}
+
+async fn start() -> Bench {
+    let server = memkube::Server::new();
+    let client = server.client();
+    server.install_crds(&caplv::api::crds()).unwrap();
+    capi_sim::install(&client, capi_sim::CapiVersions::V1beta1)
+        .await
+        .unwrap();
+    let sim = capi_sim::Simulator::builder(client.clone())
+        .versions(capi_sim::CapiVersions::V1beta1)
+        .build()
+        .spawn();
+    let shared = Shared::new().unwrap();
+    let shutdown = CancellationToken::new();
+    let config = ManagerConfig {
+        families: vec![Family::Caplv],
+        metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        settings: settings(),
+        leader: None,
+        probe: Arc::new(AlwaysReachable),
+        clock: Arc::new(SystemClock),
+    };
+    let manager = tokio::spawn(app::run(client.clone(), config, shared.clone(), shutdown.clone()));
+    for doc in [
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
+               "metadata": {"name": "spot", "namespace": "default"}, "spec": {}}),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "boot", "namespace": "default"},
+               "data": {"value": base64(IGNITION)}}),
+    ] {
+        server.put_object(doc).unwrap();
+    }
+    Bench {
+        server,
+        client,
+        shared,
+        shutdown,
+        manager,
+        sim,
+    }
+}
+
+fn base64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+async fn stop(b: Bench) {
+    b.shutdown.cancel();
+    b.manager.await.unwrap().unwrap();
+    b.sim.stop().await.unwrap();
+    b.server.shutdown();
+}
+
+fn machines(client: &Client) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta1", "Machine"),
+            "machines",
+        ),
+    )
+}
+
+fn lvm(name: &str, host: &str, spec: &serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "LibvirtMachine",
+           "metadata": {"name": name, "namespace": "default"}, "spec": {"hostRef": {"name": host}}})
+    .as_object()
+    .map(|o| {
+        let mut o = o.clone();
+        let mut s = spec.clone();
+        s["hostRef"] = json!({"name": host});
+        o.insert("spec".into(), s);
+        serde_json::Value::Object(o)
+    })
+    .unwrap()
+}
+
+fn machine(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+           "metadata": {"name": name, "namespace": "default"},
+           "spec": {"clusterName": "spot", "bootstrap": {"dataSecretName": "boot"},
+                    "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                                          "kind": "LibvirtMachine", "name": name}}})
+}
+
+async fn create(client: &Client, obj: serde_json::Value) {
+    let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+    let gvk = GroupVersionKind::try_from(obj.types.as_ref().unwrap()).unwrap();
+    let (ar, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let name = obj.metadata.name.clone().unwrap();
+    api.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(obj))
+        .await
+        .unwrap();
+}
+
+fn running(server: &memkube::Server, name: &str) -> bool {
+    server
+        .get_object(
+            "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "LibvirtMachine",
+            "default",
+            name,
+        )
+        .is_some_and(|o| o["status"]["domainState"] == "running")
+}
+
+fn lvm_count(server: &memkube::Server) -> usize {
+    server
+        .list_objects(
+            "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "LibvirtMachine",
+            Some("default"),
+        )
+        .len()
+}
+
+async fn wait(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    start.elapsed()
+}
+
+fn test_spec() -> serde_json::Value {
+    json!({"domain": {"vcpus": 2, "memoryMB": 4096, "type": "qemu"},
+           "rootDisk": {"baseImage": simulated::BASE_IMAGE, "storagePool": "default", "size": "20Gi"},
+           "network": {"type": "network", "name": "default", "addresses": ["192.168.122.100/24"]}})
+}
+
+async fn fifty_hosts() {
+    let b = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let start_hosts = Instant::now();
+    for i in 0..HOSTS {
+        let name = format!("host-{i:02}");
+        let uri = simulated::host_uri(dir.path(), "default", &name).unwrap();
+        create(
+            &b.client,
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "LibvirtHost",
+                   "metadata": {"name": name, "namespace": "default"}, "spec": {"uri": uri}}),
+        )
+        .await;
+    }
+    wait("hosts ready", Duration::from_secs(120), || {
+        b.server
+            .list_objects(
+                "infrastructure.cluster.x-k8s.io/v1alpha1",
+                "LibvirtHost",
+                Some("default"),
+            )
+            .iter()
+            .filter(|h| h["status"]["ready"] == true)
+            .count()
+            == HOSTS
+    })
+    .await;
+    let hosts_ready = start_hosts.elapsed();
+    let start = Instant::now();
+    for i in 0..HOSTS {
+        let name = format!("w-{i:02}");
+        create(&b.client, lvm(&name, &format!("host-{i:02}"), &test_spec())).await;
+        create(&b.client, machine(&name)).await;
+    }
+    let created = start.elapsed();
+    wait("50 domains running", Duration::from_secs(300), || {
+        (0..HOSTS).all(|i| running(&b.server, &format!("w-{i:02}")))
+    })
+    .await;
+    let provisioned = start.elapsed();
+    let start = Instant::now();
+    for i in 0..HOSTS {
+        machines(&b.client)
+            .delete(&format!("w-{i:02}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait("50 machines deleted", Duration::from_secs(300), || {
+        lvm_count(&b.server) == 0
+    })
+    .await;
+    let deleted = start.elapsed();
+    println!("50 machines on 50 test:/// hosts (release build, in-process memkube + CAPI simulator):");
+    println!(
+        "  50 hosts created -> all ready:      {:>8.2} s",
+        hosts_ready.as_secs_f64()
+    );
+    println!("  objects created (100 applies):      {:>8.2} s", created.as_secs_f64());
+    println!(
+        "  created -> all 50 domains running:  {:>8.2} s",
+        provisioned.as_secs_f64()
+    );
+    println!("  Machines deleted -> all gone:       {:>8.2} s", deleted.as_secs_f64());
+    stop(b).await;
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+async fn real_libvirt() {
+    let (Some(uri), Some(pin), Some(key), Some(pool), Some(base), Some(code), Some(vars)) = (
+        var("CAPLV_SYS_URI"),
+        var("CAPLV_SYS_FINGERPRINT"),
+        var("CAPLV_SYS_CLIENT_KEY"),
+        var("CAPLV_SYS_POOL"),
+        var("CAPLV_SYS_BASE_IMAGE"),
+        var("CAPLV_SYS_OVMF_CODE"),
+        var("CAPLV_SYS_OVMF_VARS"),
+    ) else {
+        println!("real libvirt: skipped (run scripts/bench-real-libvirt.sh to include it)");
+        return;
+    };
+    let b = start().await;
+    let key = std::fs::read_to_string(key).unwrap();
+    b.server
+        .put_object(
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ssh", "namespace": "default"},
+                           "data": {"ssh-privatekey": base64(&key)}}),
+        )
+        .unwrap();
+    create(
+        &b.client,
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "LibvirtHost",
+               "metadata": {"name": "real", "namespace": "default"},
+               "spec": {"uri": uri, "secretRef": {"name": "ssh"}, "hostKeyFingerprint": pin,
+                        "firmwarePath": code, "nvramTemplatePath": vars,
+                        "reservedResources": {"vcpus": 0, "memoryMB": 0}}}),
+    )
+    .await;
+    let connect = wait("real host ready", Duration::from_secs(120), || {
+        b.server
+            .get_object(
+                "infrastructure.cluster.x-k8s.io/v1alpha1",
+                "LibvirtHost",
+                "default",
+                "real",
+            )
+            .is_some_and(|h| h["status"]["ready"] == true)
+    })
+    .await;
+    let host: LibvirtHost = Api::namespaced(b.client.clone(), "default").get("real").await.unwrap();
+    let conn = b
+        .shared
+        .hosts
+        .get(&b.client, &settings(), &host)
+        .await
+        .unwrap()
+        .unwrap();
+    let spec = json!({"domain": {"vcpus": 1, "memoryMB": 512, "type": "qemu"},
+                      "rootDisk": {"baseImage": base, "storagePool": pool, "size": "128Mi"},
+                      "network": {"type": "network", "name": "default", "addresses": ["192.168.122.60/24"]}});
+    println!(
+        "real libvirtd + QEMU (TCG) + OVMF over the SSH tunnel (host connected in {:.2} s):",
+        connect.as_secs_f64()
+    );
+    println!("  round  created->running  RPCs  deleted->gone  RPCs");
+    let lvms: Api<LibvirtMachine> = Api::namespaced(b.client.clone(), "default");
+    for round in 0..REAL_ROUNDS {
+        let name = format!("bench-{round}");
+        let before = conn.rpc_messages().unwrap_or(0);
+        let start = Instant::now();
+        create(&b.client, lvm(&name, "real", &spec)).await;
+        create(&b.client, machine(&name)).await;
+        wait("domain running", Duration::from_secs(180), || running(&b.server, &name)).await;
+        let up = start.elapsed();
+        let mid = conn.rpc_messages().unwrap_or(0);
+        let start = Instant::now();
+        machines(&b.client)
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait("machine gone", Duration::from_secs(180), || lvm_count(&b.server) == 0).await;
+        let down = start.elapsed();
+        let after = conn.rpc_messages().unwrap_or(0);
+        assert!(lvms.get_opt(&name).await.unwrap().is_none());
+        println!(
+            "  {round:>5}  {:>14.2} s  {:>4}  {:>11.2} s  {:>4}",
+            up.as_secs_f64(),
+            mid - before,
+            down.as_secs_f64(),
+            after - mid
+        );
+    }
+    println!("  (RPCs include the periodic host health check that may fall inside a round)");
+    stop(b).await;
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    fifty_hosts().await;
+    real_libvirt().await;
+}
