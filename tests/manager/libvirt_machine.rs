@@ -364,6 +364,34 @@ async fn every_blocking_problem_is_a_specific_condition() {
     apply_yaml(&env.client, &bad.to_string()).await;
     machine(env, "bad-data", "laptop", json!({}), Some("bad")).await;
 
+    let lone = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "LibvirtMachine",
+        "metadata": {"name": "lone", "namespace": "default"},
+        "spec": {"hostRef": {"name": "laptop"},
+                 "rootDisk": {"baseImage": simulated::BASE_IMAGE, "storagePool": "default", "size": "20Gi"},
+                 "network": {"type": "network", "name": "default", "addresses": ["192.168.122.9/24"]}}});
+    apply_yaml(&env.client, &lone.to_string()).await;
+    let broken = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "LibvirtHost",
+        "metadata": {"name": "broken", "namespace": "default"},
+        "spec": {"uri": "test:///nonexistent/node.xml"}});
+    apply_yaml(&env.client, &broken.to_string()).await;
+    machine(env, "host-down", "broken", json!({}), Some("boot")).await;
+    machine(
+        env,
+        "odd-size",
+        "laptop",
+        json!({"spec": {"rootDisk": {"size": "1.5Gi"}}}),
+        Some("boot"),
+    )
+    .await;
+
+    wait_reason(env, "lone", "WaitingForMachineOwner").await;
+    wait_reason(env, "host-down", "WaitingForHost").await;
+    let c = wait_reason(env, "odd-size", "InvalidSpec").await;
+    assert!(
+        c.message.contains("1.5Gi") || c.message.contains("fraction"),
+        "{}",
+        c.message
+    );
     wait_reason(env, "no-data", "WaitingForBootstrapData").await;
     wait_reason(env, "no-secret", "BootstrapDataNotFound").await;
     let c = wait_reason(env, "no-host", "HostNotFound").await;
@@ -375,9 +403,8 @@ async fn every_blocking_problem_is_a_specific_condition() {
     let c = wait_reason(env, "bad-data", "InvalidJSON").await;
     assert!(!c.message.contains("{not json"), "never echoes the data: {}", c.message);
 
-    // Nothing was left on the host by the failed attempts, apart from root disks of machines
-    // whose later steps failed; deleting every machine removes those too.
-    for name in [
+    // Deleting every machine leaves nothing on the host and frees every allocation.
+    let all = [
         "no-data",
         "no-secret",
         "no-host",
@@ -385,21 +412,20 @@ async fn every_blocking_problem_is_a_specific_condition() {
         "no-image",
         "too-small",
         "bad-data",
-    ] {
+        "host-down",
+        "odd-size",
+    ];
+    for name in all {
         capi_machines(&env.client)
             .delete(name, &DeleteParams::default())
             .await
             .unwrap();
     }
-    for name in [
-        "no-data",
-        "no-secret",
-        "no-host",
-        "no-pool",
-        "no-image",
-        "too-small",
-        "bad-data",
-    ] {
+    lvms(&env.client)
+        .delete("lone", &DeleteParams::default())
+        .await
+        .unwrap();
+    for name in all.iter().chain(&["lone"]) {
         wait_gone(env, name).await;
     }
     let hv = hv(env, "laptop").await;
@@ -598,5 +624,33 @@ async fn a_paused_cluster_stops_provisioning_until_resumed() {
         .await
         .unwrap();
     wait_reason(env, "held", "DomainRunning").await;
+    f.env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_clone_is_an_independent_copy_removed_with_the_machine() {
+    let f = fixture(&["laptop"], 2).await;
+    let env = &f.env;
+    machine(
+        env,
+        "cloned",
+        "laptop",
+        json!({"spec": {"rootDisk": {"cloneStrategy": "full-clone"}}}),
+        Some("boot"),
+    )
+    .await;
+    wait_reason(env, "cloned", "DomainRunning").await;
+    let hv = hv(env, "laptop").await;
+    assert!(hv.volume("default", "cloned-root.qcow2").unwrap().is_some());
+    capi_machines(&env.client)
+        .delete("cloned", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(env, "cloned").await;
+    assert!(volumes(hv.as_ref()).is_empty(), "{:?}", volumes(hv.as_ref()));
+    assert!(
+        hv.volume("default", simulated::BASE_IMAGE).unwrap().is_some(),
+        "base image kept"
+    );
     f.env.stop().await;
 }

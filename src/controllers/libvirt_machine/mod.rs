@@ -27,14 +27,17 @@
 //! Deletion ([`deletion`]): destroy, undefine with NVRAM, delete the recorded volumes, prove
 //! nothing is left, release the allocation, drop the finalizer.
 
+mod admission;
+mod bootstrap;
 mod deletion;
 pub mod plan;
 pub mod provision;
+mod watch;
 
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{
-    api::core::v1::{ObjectReference, Secret},
+    api::core::v1::ObjectReference,
     apimachinery::pkg::apis::meta::v1::{OwnerReference, Time},
     jiff::Timestamp,
 };
@@ -53,7 +56,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Context, apply_status,
     host_connections::{HostConnections, SecretReadError, host_id},
-    placement::{self, Admission, Candidate, Placement, Resources, WAITING_FOR_CAPACITY},
+    placement::Placement,
     publish_event,
 };
 use crate::{
@@ -306,7 +309,7 @@ async fn provision_or_watch(machine: &LibvirtMachine, state: &State) -> Result<O
     ensure_finalizer_and_provider_id(machine, ctx, &id.provider_id).await?;
     let status = current(machine);
     if status.ready {
-        return watch_domain(machine, state, &id).await;
+        return watch::check(machine, state, &id).await;
     }
     let Some(data_secret) = capi_machine.data_secret_name.clone() else {
         return Ok(waiting(
@@ -342,7 +345,11 @@ async fn provision_or_watch(machine: &LibvirtMachine, state: &State) -> Result<O
         ));
     }
     // Checked before admission, so a machine that cannot boot holds no capacity.
-    let payload = match bootstrap_payload(machine, ctx, &data_secret, &id).await? {
+    let root = match plan::root_disk(&id, &machine.spec) {
+        Ok(r) => r,
+        Err(e) => return Ok(waiting(machine, "InvalidSpec", e.to_string(), Action::await_change())),
+    };
+    let payload = match bootstrap::payload(machine, ctx, &data_secret, &id).await? {
         Ok(p) => p,
         Err(outcome) => return Ok(outcome),
     };
@@ -351,7 +358,7 @@ async fn provision_or_watch(machine: &LibvirtMachine, state: &State) -> Result<O
     let machine = if status.allocated.is_some() {
         machine
     } else {
-        match admit(machine, state, &host, &id).await? {
+        match admission::admit(machine, state, &host, &id).await? {
             Ok(written) => {
                 let mut updated = machine.clone();
                 updated.status = Some(written);
@@ -368,9 +375,7 @@ async fn provision_or_watch(machine: &LibvirtMachine, state: &State) -> Result<O
         Ok(c) => c,
         Err(f) => return Ok(waiting(machine, f.reason, f.message, Action::requeue(HOST_RETRY))),
     };
-    let (root, domain) = match plan::root_disk(&id, &machine.spec)
-        .and_then(|root| Ok((root, plan::domain(&id, machine, &host, size)?)))
-    {
+    let domain = match plan::domain(&id, machine, &host, size) {
         Ok(p) => p,
         Err(e) => return Ok(waiting(machine, "InvalidSpec", e.to_string(), Action::await_change())),
     };
@@ -469,243 +474,6 @@ async fn ensure_finalizer_and_provider_id(
             source,
         })?;
     Ok(())
-}
-
-/// Admit the machine to its host, or say why it waits. Holds the host's admission lock while
-/// deciding and recording, so concurrent reconciles see each other's commitments.
-async fn admit(
-    machine: &LibvirtMachine,
-    state: &State,
-    host: &LibvirtHost,
-    id: &plan::Identity,
-) -> Result<Result<LibvirtMachineStatus, Outcome>, Error> {
-    let host_key = host_id(host);
-    let placement = &state.shared.placement;
-    let Some(_lock) = placement.lock(&host_key).await else {
-        return Ok(Err(waiting(
-            machine,
-            WAITING_FOR_CAPACITY,
-            "admission state is unavailable",
-            Action::requeue(CAPACITY_RECHECK),
-        )));
-    };
-    let Some(offered) = placement::offered(host) else {
-        return Ok(Err(waiting(
-            machine,
-            "WaitingForHost",
-            "the host's capacity is not known yet",
-            Action::requeue(HOST_RETRY),
-        )));
-    };
-    let committed = placement.committed(&host_key);
-    let free = Resources {
-        vcpus: offered.vcpus - committed.vcpus,
-        memory_mib: offered.memory_mib - committed.memory_mib,
-    };
-    let candidate = Candidate::of(machine);
-    // Admitted before, and the cache has not caught up: keep that admission.
-    let decision = match placement.admitted(&host_key, &candidate.uid) {
-        Some(size) => Admission::Admitted(size),
-        None => placement::decide(&candidate, &placement.waiting(&host_key), free),
-    };
-    match decision {
-        Admission::Admitted(size) => {
-            let allocated = size.allocated();
-            let mut status = current(machine);
-            status.allocated = Some(allocated);
-            status.managed_artifacts = Some(plan::artifacts(id, &machine.spec, host));
-            let status = with_ready(
-                status,
-                machine,
-                Status::False,
-                "Provisioning",
-                format!(
-                    "admitted to {} with {} vCPUs and {} MiB",
-                    host.name_any(),
-                    allocated.vcpus,
-                    allocated.memory_mb
-                ),
-            );
-            // Record the commitment (and the artifacts deletion must remove) before anything
-            // exists on the host.
-            apply_status(&api(&state.ctx, machine), &machine.name_any(), FIELD_MANAGER, &status)
-                .await
-                .map_err(|source| Error::Patch {
-                    what: "allocation",
-                    source,
-                })?;
-            placement.record(&host_key, &candidate.uid, Some(size));
-            Ok(Ok(status))
-        }
-        Admission::Wait(why) => Ok(Err(waiting(
-            machine,
-            WAITING_FOR_CAPACITY,
-            why,
-            Action::requeue(CAPACITY_RECHECK),
-        ))),
-    }
-}
-
-/// This machine's Ignition: the bootstrap Secret's `value` with its identity injected.
-async fn bootstrap_payload(
-    machine: &LibvirtMachine,
-    ctx: &Context,
-    secret_name: &str,
-    id: &plan::Identity,
-) -> Result<Result<Vec<u8>, Outcome>, Error> {
-    let namespace = machine.namespace().unwrap_or_default();
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(secret) = secrets
-        .get_opt(secret_name)
-        .await
-        .map_err(get_err(format!("Secret {secret_name}")))?
-    else {
-        return Ok(Err(waiting(
-            machine,
-            "BootstrapDataNotFound",
-            format!("bootstrap data Secret {secret_name:?} does not exist"),
-            Action::requeue(HOST_RETRY),
-        )));
-    };
-    let data = secret.data.unwrap_or_default();
-    if let Some(format) = data.get("format")
-        && format.0 != b"ignition"
-    {
-        return Ok(Err(waiting(
-            machine,
-            "InvalidBootstrapData",
-            format!("bootstrap data Secret {secret_name:?} has a format other than \"ignition\""),
-            Action::requeue(HOST_RETRY),
-        )));
-    }
-    let Some(value) = data.get(BOOTSTRAP_DATA_KEY) else {
-        return Ok(Err(waiting(
-            machine,
-            "InvalidBootstrapData",
-            format!("bootstrap data Secret {secret_name:?} has no {BOOTSTRAP_DATA_KEY:?} key"),
-            Action::requeue(HOST_RETRY),
-        )));
-    };
-    match crate::ignition::render(&value.0, &plan::facts(id, &machine.spec)) {
-        Ok(rendered) => Ok(Ok(rendered.json)),
-        Err(e) => Ok(Err(waiting(
-            machine,
-            e.reason(),
-            e.to_string(),
-            Action::requeue(HOST_RETRY),
-        ))),
-    }
-}
-
-/// After provisioning: check the domain, restart it if it stopped, report it if it vanished.
-async fn watch_domain(machine: &LibvirtMachine, state: &State, id: &plan::Identity) -> Result<Outcome, Error> {
-    let ctx = &state.ctx;
-    let interval = ctx.settings.domain_check_interval;
-    let namespace = machine.namespace().unwrap_or_default();
-    let host_name = &machine.spec.host_ref.name;
-    let hosts: Api<LibvirtHost> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(host) = hosts
-        .get_opt(host_name)
-        .await
-        .map_err(get_err(format!("LibvirtHost {host_name}")))?
-    else {
-        return Ok(waiting(
-            machine,
-            "HostNotFound",
-            format!("LibvirtHost {host_name:?} does not exist"),
-            Action::requeue(interval),
-        ));
-    };
-    let conn = match state.shared.hosts.get(&ctx.client, &ctx.settings, &host).await? {
-        Ok(c) => c,
-        Err(f) => {
-            return Ok(waiting(
-                machine,
-                "HostUnreachable",
-                format!("{}: {}", f.reason, f.message),
-                Action::requeue(interval.min(HOST_RETRY)),
-            ));
-        }
-    };
-    let hv = conn.hypervisor();
-    let (name, uuid) = (id.node_name.clone(), id.uuid);
-    let observed = tokio::task::spawn_blocking(move || {
-        let found = provision::inspect(hv.as_ref(), &name, uuid)?;
-        match found {
-            Some(d) if !d.state.is_active() => {
-                let before = d.state;
-                let after = provision::restart(hv.as_ref(), &name)?;
-                Ok((Some(after.unwrap_or(before)), Some(before)))
-            }
-            Some(d) => Ok((Some(d.state), None)),
-            None => Ok::<_, provision::ProvisionError>((None, None)),
-        }
-    })
-    .await
-    .map_err(|e| Error::Task(e.to_string()))?;
-    let mut status = current(machine);
-    match observed {
-        Ok((Some(state_now), restarted_from)) => {
-            status.domain_state = Some(state_now.as_str().to_owned());
-            let mut events = Vec::new();
-            if let Some(before) = restarted_from {
-                ctx.metrics.machine_events.with_label_values(&["restarted"]).inc();
-                events.push((
-                    EventType::Warning,
-                    "DomainRestarted",
-                    format!(
-                        "domain {} was {} and has been started again",
-                        id.node_name,
-                        before.as_str()
-                    ),
-                ));
-            }
-            let (ready, reason) = if state_now.is_active() {
-                (Status::True, "DomainRunning")
-            } else {
-                (Status::False, "DomainNotRunning")
-            };
-            let message = format!("domain {} is {}", id.node_name, state_now.as_str());
-            Ok(Outcome {
-                status: with_ready(status, machine, ready, reason, message),
-                events,
-                action: Action::requeue(interval),
-            })
-        }
-        Ok((None, _)) => {
-            let was_missing =
-                condition::find(&status.conditions, condition::READY).is_some_and(|c| c.reason == "DomainMissing");
-            if !was_missing {
-                ctx.metrics.machine_events.with_label_values(&["vanished"]).inc();
-            }
-            status.domain_state = Some("missing".to_owned());
-            Ok(Outcome {
-                status: with_ready(
-                    status,
-                    machine,
-                    Status::False,
-                    "DomainMissing",
-                    format!(
-                        "domain {} no longer exists on {host_name}; replace the Machine (a MachineHealthCheck does this)",
-                        id.node_name
-                    ),
-                ),
-                events: Vec::new(),
-                action: Action::requeue(interval),
-            })
-        }
-        Err(e) => {
-            if e.is_transient() {
-                state.shared.hosts.forget(&host_id(&host)).await;
-            }
-            Ok(waiting(
-                machine,
-                e.reason(),
-                e.to_string(),
-                Action::requeue(interval.min(HOST_RETRY)),
-            ))
-        }
-    }
 }
 
 fn error_policy(_machine: Arc<LibvirtMachine>, err: &Error, state: Arc<State>) -> Action {

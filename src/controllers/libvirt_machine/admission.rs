@@ -1,0 +1,94 @@
+//! Capacity admission of one machine to its host (the policy is in [`crate::controllers::placement`]).
+
+use kube::{ResourceExt, runtime::controller::Action};
+
+use super::{
+    CAPACITY_RECHECK, Error, FIELD_MANAGER, HOST_RETRY, Outcome, State, api, current, plan, waiting, with_ready,
+};
+use crate::{
+    api::{
+        condition::Status,
+        libvirt_host::LibvirtHost,
+        libvirt_machine::{LibvirtMachine, LibvirtMachineStatus},
+    },
+    controllers::{
+        apply_status,
+        host_connections::host_id,
+        placement::{self, Admission, Candidate, Resources, WAITING_FOR_CAPACITY},
+    },
+};
+
+/// Admit the machine to its host, or say why it waits. Holds the host's admission lock while
+/// deciding and recording, so concurrent reconciles see each other's commitments.
+pub(super) async fn admit(
+    machine: &LibvirtMachine,
+    state: &State,
+    host: &LibvirtHost,
+    id: &plan::Identity,
+) -> Result<Result<LibvirtMachineStatus, Outcome>, Error> {
+    let host_key = host_id(host);
+    let placement = &state.shared.placement;
+    let Some(_lock) = placement.lock(&host_key).await else {
+        return Ok(Err(waiting(
+            machine,
+            WAITING_FOR_CAPACITY,
+            "admission state is unavailable",
+            Action::requeue(CAPACITY_RECHECK),
+        )));
+    };
+    let Some(offered) = placement::offered(host) else {
+        return Ok(Err(waiting(
+            machine,
+            "WaitingForHost",
+            "the host's capacity is not known yet",
+            Action::requeue(HOST_RETRY),
+        )));
+    };
+    let committed = placement.committed(&host_key);
+    let free = Resources {
+        vcpus: offered.vcpus - committed.vcpus,
+        memory_mib: offered.memory_mib - committed.memory_mib,
+    };
+    let candidate = Candidate::of(machine);
+    // Admitted before, and the cache has not caught up: keep that admission.
+    let decision = match placement.admitted(&host_key, &candidate.uid) {
+        Some(size) => Admission::Admitted(size),
+        None => placement::decide(&candidate, &placement.waiting(&host_key), free),
+    };
+    match decision {
+        Admission::Admitted(size) => {
+            let allocated = size.allocated();
+            let mut status = current(machine);
+            status.allocated = Some(allocated);
+            status.managed_artifacts = Some(plan::artifacts(id, &machine.spec, host));
+            let status = with_ready(
+                status,
+                machine,
+                Status::False,
+                "Provisioning",
+                format!(
+                    "admitted to {} with {} vCPUs and {} MiB",
+                    host.name_any(),
+                    allocated.vcpus,
+                    allocated.memory_mb
+                ),
+            );
+            // Record the commitment (and the artifacts deletion must remove) before anything
+            // exists on the host.
+            apply_status(&api(&state.ctx, machine), &machine.name_any(), FIELD_MANAGER, &status)
+                .await
+                .map_err(|source| Error::Patch {
+                    what: "allocation",
+                    source,
+                })?;
+            placement.record(&host_key, &candidate.uid, Some(size));
+            Ok(Ok(status))
+        }
+        Admission::Wait(why) => Ok(Err(waiting(
+            machine,
+            WAITING_FOR_CAPACITY,
+            why,
+            Action::requeue(CAPACITY_RECHECK),
+        ))),
+    }
+}
