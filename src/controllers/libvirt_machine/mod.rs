@@ -119,6 +119,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether a write lost an optimistic-concurrency race (HTTP 409).
+    #[must_use]
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Patch { source: kube::Error::Api(e), .. } if e.code == 409)
+    }
+
     /// Bounded reason for metrics and logs.
     #[must_use]
     pub const fn reason(&self) -> &'static str {
@@ -477,6 +483,12 @@ async fn ensure_finalizer_and_provider_id(
 }
 
 fn error_policy(_machine: Arc<LibvirtMachine>, err: &Error, state: Arc<State>) -> Action {
+    if err.is_conflict() {
+        // Someone (usually CAPI core adding its owner reference) wrote first: retry at once
+        // on the newer object.
+        tracing::debug!(error = %err, "write conflict; retrying");
+        return Action::requeue(Duration::from_millis(100));
+    }
     tracing::warn!(error = %err, reason = err.reason(), "reconcile failed");
     Action::requeue(state.ctx.settings.error_requeue)
 }
