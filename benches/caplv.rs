@@ -52,6 +52,7 @@ fn settings() -> Settings {
         simulated_hosts: None,
         domain_check_interval: Duration::from_secs(60),
         max_concurrent_host_connects: 16,
+        csr_approval_window: Duration::from_secs(7200),
     }
 }
 

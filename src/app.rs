@@ -66,6 +66,7 @@ impl ManagerConfig {
                 simulated_hosts: None,
                 domain_check_interval: Duration::from_secs(args.domain_check_interval_seconds),
                 max_concurrent_host_connects: usize::try_from(args.max_concurrent_host_connects).unwrap_or(usize::MAX),
+                csr_approval_window: Duration::from_secs(args.csr_approval_window_minutes * 60),
             },
             leader,
             probe: Arc::new(TcpProbe {

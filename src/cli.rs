@@ -130,6 +130,10 @@ pub struct RunArgs {
     /// same time; open connections are not limited.
     #[arg(long, env = "CAPLV_MAX_CONCURRENT_HOST_CONNECTS", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub max_concurrent_host_connects: u64,
+    /// Minutes after a LibvirtMachine is provisioned during which its kubelet's bootstrap client
+    /// CSR is approved (renewals and serving CSRs of a linked Node are approved at any time).
+    #[arg(long, env = "CAPLV_CSR_APPROVAL_WINDOW_MINUTES", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=10080))]
+    pub csr_approval_window_minutes: u64,
     /// Seconds to wait for the Kubernetes API server at start-up before giving up.
     #[arg(long, env = "CAPLV_API_TIMEOUT_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub api_timeout_seconds: u64,

@@ -15,6 +15,7 @@ pub mod health;
 pub mod http;
 pub mod ignition;
 pub mod ignition_render;
+pub mod kubelet_csr;
 pub mod leader;
 pub mod libvirt;
 pub mod metrics;

@@ -33,6 +33,9 @@ pub struct Metrics {
     pub machine_events: IntCounterVec,
     /// Seconds a provisioning pass (disks, Ignition, define, start) spent on the host.
     pub provision_duration: Histogram,
+    /// Kubelet CSR decisions by kind (`client`, `serving`), decision (`approved`, `ignored`) and
+    /// reason.
+    pub csr_decisions: IntCounterVec,
 }
 
 impl Metrics {
@@ -97,6 +100,14 @@ impl Metrics {
             )
             .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0]),
         )?;
+        let csr_decisions = IntCounterVec::new(
+            Opts::new(
+                "csr_decisions_total",
+                "Kubelet CSR decisions by kind, decision and reason",
+            ),
+            &["kind", "decision", "reason"],
+        )?;
+        registry.register(Box::new(csr_decisions.clone()))?;
         registry.register(Box::new(machine_events.clone()))?;
         registry.register(Box::new(provision_duration.clone()))?;
         registry.register(Box::new(scheduled_machines.clone()))?;
@@ -123,6 +134,7 @@ impl Metrics {
             schedule_lag,
             machine_events,
             provision_duration,
+            csr_decisions,
         })
     }
 

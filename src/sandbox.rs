@@ -58,6 +58,8 @@ impl Sandbox {
         let simulator = Simulator::builder(client.clone())
             .versions(versions)
             .kubelet(KubeletMode::WithProviderId)
+            // The Node joins only once the manager's CSR approver approves its kubelet.
+            .kubelet_waits_for_client_csr(true)
             .drain_retry(Duration::from_secs(2))
             .build()
             .spawn();

@@ -275,6 +275,10 @@ pub struct LibvirtMachineStatus {
     /// Addresses CAPI copies to the Machine: InternalIP, InternalDNS and Hostname (the node name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<MachineAddress>,
+    /// When the VM was first provisioned; kubelet bootstrap CSRs are approved only for a while
+    /// after this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioned_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// The node name, which is also the hostname and the libvirt domain name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,

@@ -1,5 +1,6 @@
 //! The CAPLV family: LibvirtCluster, LibvirtHost and LibvirtMachine controllers, wired to share
-//! one connection per host and one view of what is committed on each host.
+//! one connection per host and one view of what is committed on each host, plus the kubelet CSR
+//! approver and the Node linker for the machines' Nodes.
 
 use std::sync::Arc;
 
@@ -7,7 +8,7 @@ use kube::runtime::{controller::Controller, watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{Context, libvirt_cluster, libvirt_host, libvirt_machine, placement::Placement};
+use super::{Context, csr_approver, libvirt_cluster, libvirt_host, libvirt_machine, node_link, placement::Placement};
 use crate::{api::libvirt_machine::LibvirtMachine, health::Readiness};
 
 /// Spawn the family's controllers; each task ends after `shutdown`.
@@ -15,7 +16,8 @@ pub fn spawn(ctx: &Arc<Context>, readiness: &Readiness, shutdown: &CancellationT
     let hosts = ctx.hosts.clone();
     // The machine controller's cache is also what the host controller sums allocations from.
     let machines = Controller::new(ctx.watched_api::<LibvirtMachine>(), watcher::Config::default());
-    let placement = Arc::new(Placement::new(machines.store()));
+    let machine_cache = machines.store();
+    let placement = Arc::new(Placement::new(machine_cache.clone()));
     let host_deps = libvirt_host::Shared {
         hosts: hosts.clone(),
         placement: placement.clone(),
@@ -36,5 +38,12 @@ pub fn spawn(ctx: &Arc<Context>, readiness: &Readiness, shutdown: &CancellationT
             readiness.clone(),
             shutdown.clone(),
         )),
+        tokio::spawn(csr_approver::run(
+            ctx.clone(),
+            machine_cache,
+            readiness.clone(),
+            shutdown.clone(),
+        )),
+        tokio::spawn(node_link::run(ctx.clone(), readiness.clone(), shutdown.clone())),
     ]
 }

@@ -7,6 +7,8 @@ pub mod capi;
 #[cfg(feature = "caplv")]
 mod caplv;
 #[cfg(feature = "caplv")]
+pub mod csr_approver;
+#[cfg(feature = "caplv")]
 pub mod host_connections;
 #[cfg(feature = "ignition")]
 pub mod ignition_config;
@@ -17,6 +19,8 @@ pub mod libvirt_cluster;
 pub mod libvirt_host;
 #[cfg(feature = "caplv")]
 pub mod libvirt_machine;
+#[cfg(feature = "caplv")]
+pub mod node_link;
 #[cfg(feature = "caplv")]
 pub mod placement;
 #[cfg(feature = "fivespot")]
@@ -94,7 +98,13 @@ impl Family {
     #[must_use]
     pub fn controllers(self) -> &'static [&'static str] {
         match self {
-            Self::Caplv => &["libvirtcluster", "libvirthost", "libvirtmachine"],
+            Self::Caplv => &[
+                "libvirtcluster",
+                "libvirthost",
+                "libvirtmachine",
+                "csrapprover",
+                "nodelink",
+            ],
             Self::Ignition => &["ignitionconfig"],
             Self::Fivespot => &["scheduledmachine"],
         }
@@ -119,6 +129,8 @@ pub struct Settings {
     pub domain_check_interval: Duration,
     /// Hosts being connected to at the same time, at most.
     pub max_concurrent_host_connects: usize,
+    /// How long after provisioning a machine's kubelet bootstrap CSR is approved.
+    pub csr_approval_window: Duration,
 }
 
 /// Everything a reconcile needs; one per manager, shared by every controller.

@@ -36,6 +36,7 @@ pub fn fast_settings() -> Settings {
         simulated_hosts: None,
         domain_check_interval: Duration::from_millis(500),
         max_concurrent_host_connects: 4,
+        csr_approval_window: Duration::from_secs(7200),
     }
 }
 
@@ -48,6 +49,12 @@ impl Env {
 
     /// Like [`Env::start`], with the given CAPI core version.
     pub async fn start_with(versions: CapiVersions) -> Self {
+        Self::start_custom(versions, capi_sim::KubeletMode::WithProviderId).await
+    }
+
+    /// Like [`Env::start`], with the given CAPI core version and emulated kubelet. The kubelet
+    /// waits for its client CSR to be approved (by the manager) before registering its Node.
+    pub async fn start_custom(versions: CapiVersions, kubelet: capi_sim::KubeletMode) -> Self {
         let server = memkube::Server::new();
         let client = server.client();
         server.install_crds(&caplv::api::crds()).unwrap();
@@ -55,7 +62,8 @@ impl Env {
         let clock = OffsetClock::default();
         let sim = Simulator::builder(client.clone())
             .versions(versions)
-            .kubelet(capi_sim::KubeletMode::WithProviderId)
+            .kubelet(kubelet)
+            .kubelet_waits_for_client_csr(true)
             .drain_retry(Duration::from_millis(200))
             .build()
             .spawn();

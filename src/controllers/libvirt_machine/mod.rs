@@ -405,6 +405,9 @@ async fn provision_or_watch(machine: &LibvirtMachine, state: &State) -> Result<O
             ctx.metrics.machine_events.with_label_values(&["provisioned"]).inc();
             let mut status = current(machine);
             status.ready = true;
+            if status.provisioned_at.is_none() {
+                status.provisioned_at = Some(Time(Timestamp::now()));
+            }
             status.initialization = Some(InfrastructureInitialization {
                 provisioned: Some(true),
             });
