@@ -200,6 +200,14 @@ pub struct SandboxArgs {
     /// Cluster API core version the simulator serves.
     #[arg(long, env = "CAPLV_SANDBOX_CAPI_VERSION", value_enum, default_value_t = CapiVersionArg::V1beta1)]
     pub capi_version: CapiVersionArg,
+    /// Run the seed's story once, narrated: apply the seed's manifests (the ScheduledMachine
+    /// always on), watch the worker boot and join, close its window, watch it go; exit 0 on
+    /// success or non-zero naming the step that failed.
+    #[arg(long)]
+    pub demo: bool,
+    /// Seconds each demo step may take before the demo fails naming it.
+    #[arg(long, env = "CAPLV_DEMO_STEP_TIMEOUT_SECONDS", default_value_t = 45, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub demo_step_timeout_seconds: u64,
     /// Manager options (the metrics address defaults to loopback here).
     #[command(flatten)]
     pub run: RunArgs,

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod controllers;
 pub mod crds;
+pub mod demo;
 pub mod endpoint;
 pub mod health;
 pub mod http;

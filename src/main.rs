@@ -11,7 +11,14 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    // The demo narrates on stdout; controller logs would drown it unless asked for.
+    if matches!(&cli.command, Some(Command::Sandbox(a)) if a.demo)
+        && std::env::var_os("CAPLV_LOG").is_none()
+        && cli.log.log_filter == "info"
+    {
+        "error".clone_into(&mut cli.log.log_filter);
+    }
     if let Err(err) = caplv::telemetry::init(&cli.log) {
         eprintln!("error: invalid --log-filter: {err}");
         return ExitCode::from(2);

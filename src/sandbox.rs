@@ -29,6 +29,10 @@ pub struct Sandbox {
     shutdown: CancellationToken,
     manager: tokio::task::JoinHandle<anyhow::Result<()>>,
     simulator: capi_sim::SimulatorHandle,
+    /// What the manager shares (its libvirt connections, metrics).
+    pub shared: Shared,
+    /// The settings the controllers run with.
+    pub settings: crate::controllers::Settings,
     /// Node files of the simulated libvirt hosts (`--libvirt test`); removed on drop.
     _hosts: Option<tempfile::TempDir>,
 }
@@ -81,7 +85,8 @@ impl Sandbox {
         let shared = Shared::new()?;
         let readiness = shared.readiness.clone();
         let shutdown = CancellationToken::new();
-        let manager = tokio::spawn(app::run(client, config, shared, shutdown.clone()));
+        let settings = config.settings.clone();
+        let manager = tokio::spawn(app::run(client, config, shared.clone(), shutdown.clone()));
         let sandbox = Self {
             server,
             addr,
@@ -89,6 +94,8 @@ impl Sandbox {
             shutdown,
             manager,
             simulator,
+            shared,
+            settings,
             _hosts: hosts,
         };
         sandbox.wait_ready().await?;
@@ -126,7 +133,7 @@ impl Sandbox {
 }
 
 /// Write `contents` to `path` atomically, so a script waiting for the file never reads half of it.
-fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
+pub(crate) fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, contents).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
@@ -137,6 +144,9 @@ fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
 /// # Errors
 /// When start-up fails.
 pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
+    if args.demo {
+        return crate::demo::run(args).await;
+    }
     let shutdown = app::shutdown_on_signals();
     let sandbox = Sandbox::start(&args).await?;
     write_atomically(&args.kubeconfig_out, &memkube::kubeconfig_yaml(sandbox.addr))?;

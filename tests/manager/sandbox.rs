@@ -219,3 +219,84 @@ async fn the_seed_applies_unchanged_and_the_seed_query_works() {
         "{stdout}"
     );
 }
+
+/// Run `caplv-manager sandbox --demo` with `extra` arguments; (exit success, stdout, stderr).
+async fn demo(extra: &[&str]) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let child = manager()
+        .args(["sandbox", "--demo", "--metrics-addr", "127.0.0.1:0", "--kubeconfig-out"])
+        .arg(dir.path().join("demo.kubeconfig"))
+        .args(extra)
+        // As a newcomer runs it: no log settings.
+        .env_remove("CAPLV_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_demo_tells_the_whole_story_and_exits_zero() {
+    let (ok, stdout, stderr) = tokio::time::timeout(std::time::Duration::from_secs(120), demo(&[]))
+        .await
+        .expect("the demo finishes within two minutes");
+    assert!(ok, "demo failed:\n{stdout}\n{stderr}");
+    let steps = [
+        "applied 05-scheduledmachine.yaml: ScheduledMachine spot-worker-01",
+        "✓ the host is connected",
+        "✓ 5-Spot created the IgnitionConfig, LibvirtMachine and Machine",
+        "✓ the VM runs on the host",
+        "✓ the kubelet's CSRs were approved and the Node joined",
+        "✓ the Node carries the worker role label",
+        "✓ the ScheduledMachine is Active",
+        "Closing the window",
+        "✓ the workload was evicted by the drain",
+        "✓ the Machine, LibvirtMachine and VM are gone",
+        "✓ the ScheduledMachine is Inactive",
+        "Done in",
+    ];
+    let mut from = 0;
+    for step in steps {
+        let at = stdout[from..]
+            .find(step)
+            .unwrap_or_else(|| panic!("{step:?} missing or out of order in:\n{stdout}"));
+        from += at + step.len();
+    }
+    // Phase changes are narrated as they happen: Active while open, the Node cordoned and the
+    // ScheduledMachine Inactive only after the window closed.
+    let closing = stdout.find("Closing the window").unwrap();
+    assert!(
+        stdout[..closing].contains("ScheduledMachine spot-worker-01: phase Active"),
+        "{stdout}"
+    );
+    assert!(stdout[closing..].contains("cordoned"), "{stdout}");
+    assert!(
+        stdout[closing..].contains("ScheduledMachine spot-worker-01: phase Inactive"),
+        "{stdout}"
+    );
+    let approved = stdout.find("approved (CAPLVApproved)").expect("CSR approvals narrated");
+    assert!(approved < stdout.find("✓ the kubelet's CSRs").unwrap(), "{stdout}");
+    assert!(
+        !stderr.contains(" INFO "),
+        "the demo keeps controller logs quiet:\n{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_demo_step_that_does_not_happen_fails_naming_it() {
+    // Without 5-Spot nothing creates the worker.
+    let (ok, stdout, stderr) = demo(&["--controllers", "caplv,ignition", "--demo-step-timeout-seconds", "2"]).await;
+    assert!(!ok, "{stdout}");
+    assert!(
+        stderr.contains("demo step failed: 5-Spot created the IgnitionConfig, LibvirtMachine and Machine"),
+        "{stderr}"
+    );
+}
