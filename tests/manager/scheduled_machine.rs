@@ -374,8 +374,9 @@ async fn kill_switch_removes_at_once_and_resumes_without_hot_loop() {
         .await
         .unwrap();
     wait_phase(&env, "w4", Phase::Terminated).await;
-    wait_until("Machine gone", || async {
+    wait_until("Machine and LibvirtMachine gone", || async {
         machines(&env, "v1beta1").get_opt("w4").await.unwrap().is_none()
+            && libvirt_machines(&env.client).get_opt("w4").await.unwrap().is_none()
     })
     .await;
     assert_eq!(

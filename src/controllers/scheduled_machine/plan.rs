@@ -30,6 +30,11 @@ pub const MACHINE_READY: &str = "MachineReady";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// How often eviction is retried while a drain is blocked (e.g. by a PodDisruptionBudget).
 pub const DRAIN_RETRY: Duration = Duration::from_secs(5);
+/// Recheck while a deleting Machine is being removed. The Machine cache and the watch that
+/// triggers reconciles are separate streams, so the trigger for the Machine's disappearance can
+/// arrive before the cache has dropped it; without a recheck the window would only close at the
+/// grace deadline.
+pub const REMOVAL_RECHECK: Duration = Duration::from_secs(2);
 
 /// The schedule evaluated now, or why it cannot be.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -266,7 +271,7 @@ pub fn decide(current: &ScheduledMachineStatus, seen: &Observed) -> Decision {
                 format!("{why}; deleting the Machine"),
             ),
             (Some(_), _) => {
-                requeue = (now < grace_deadline).then(|| until(now, grace_deadline));
+                requeue = (now < grace_deadline).then(|| until(now, grace_deadline).min(REMOVAL_RECHECK));
                 let skip = now >= grace_deadline;
                 let action = if skip {
                     Action::DeleteMachine { skip_drain: true }

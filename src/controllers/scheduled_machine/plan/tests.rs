@@ -131,7 +131,12 @@ fn grace_period_exhausted_tells_capi_to_skip_its_drain() {
     o.machine.as_mut().unwrap().deleting = true;
     let d = decide(&ScheduledMachineStatus::default(), &o);
     assert_eq!(d.action, Action::None);
-    assert_eq!(d.requeue, Some(Duration::from_secs(600)));
+    // Rechecked often while the Machine is removed (the cache may lag the trigger) ...
+    assert_eq!(d.requeue, Some(REMOVAL_RECHECK));
+    // ... and exactly at the grace deadline once that is nearer.
+    o.now = at("2026-12-01T16:09:59Z");
+    let d = decide(&d.status, &o);
+    assert_eq!(d.requeue, Some(Duration::from_secs(1)));
     o.now = at("2026-12-01T16:10:00Z");
     let d = decide(&d.status, &o);
     assert_eq!(d.action, Action::DeleteMachine { skip_drain: true });
