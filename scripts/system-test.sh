@@ -12,9 +12,14 @@ set -a
 # shellcheck source=/dev/null
 . "$workdir/env"
 set +a
+# The guest the seed's flow boots: a tiny UEFI image whose init prints what it finds in fw_cfg.
+image=$(bash scripts/build-test-image.sh)
+cp "$image" "$CAPLV_SYS_POOL_DIR/caplv-test-image.qcow2"
+virsh -q -c qemu:///system pool-refresh "$CAPLV_SYS_POOL" >/dev/null
+export CAPLV_SYS_TEST_IMAGE=caplv-test-image.qcow2
 # The storage round trip the test driver cannot do (dir pool, qcow2 overlay, streams).
 mkdir -p "$workdir/roundtrip-pool"
 CAPLV_TEST_LIBVIRT_URI=qemu:///system CAPLV_TEST_POOL_DIR="$workdir/roundtrip-pool" \
   cargo test --workspace --all-features --lib real_libvirt_storage_roundtrip -- --ignored
-# The product end to end: ScheduledMachine -> UEFI VM over SSH -> kill switch -> nothing left.
-cargo test --workspace --all-features --test manager system:: -- --ignored
+# The product end to end: the kill-switch test, then the seed's own flow booting the test image.
+cargo test --workspace --all-features --test manager system:: -- --ignored --test-threads=1

@@ -12,6 +12,8 @@ use std::{
     time::Duration,
 };
 
+use chrono::Timelike;
+
 use crate::cli::manager;
 
 /// Real libvirt is slower than the test driver: first define probes QEMU, TCG boots slowly.
@@ -305,4 +307,204 @@ async fn a_scheduled_machine_boots_a_real_uefi_vm_and_the_kill_switch_leaves_not
     assert!(leftovers.is_empty(), "files left in the pool: {leftovers:?}");
     assert!(!nvram.exists(), "NVRAM removed");
     assert!(!ignition_file.exists(), "Ignition file removed");
+}
+
+/// The seed's manifests, unchanged except what ties them to the seed's own lab: the host (URI,
+/// pinned key, firmware paths, a reservation that fits this 2-core machine), the control plane
+/// endpoint, the storage pool and base image, TCG instead of KVM (nested KVM cannot run guests
+/// here), and an always-open window.
+fn seed_rewritten(dir: &Path, api_port: u16) -> PathBuf {
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/seed");
+    let out = dir.join("seed");
+    std::fs::create_dir_all(&out).unwrap();
+    for entry in std::fs::read_dir(&seed).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let mut doc: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        match doc["kind"].as_str().unwrap() {
+            "LibvirtCluster" => {
+                doc["spec"]["controlPlaneEndpoint"] = serde_json::json!({"host": "127.0.0.1", "port": api_port});
+            }
+            "LibvirtHost" => {
+                let spec = &mut doc["spec"];
+                spec["uri"] = var("CAPLV_SYS_URI").into();
+                spec["hostKeyFingerprint"] = var("CAPLV_SYS_FINGERPRINT").into();
+                spec["firmwarePath"] = var("CAPLV_SYS_OVMF_CODE").into();
+                spec["nvramTemplatePath"] = var("CAPLV_SYS_OVMF_VARS").into();
+                spec["reservedResources"] = serde_json::json!({"vcpus": 0, "memoryMB": 1024});
+            }
+            "ScheduledMachine" => {
+                let spec = &mut doc["spec"];
+                spec["schedule"] =
+                    serde_json::json!({"daysOfWeek": ["mon-sun"], "hoursOfDay": ["0-23"], "timezone": "UTC"});
+                let infra = &mut spec["infrastructureSpec"]["spec"];
+                infra["rootDisk"]["baseImage"] = var("CAPLV_SYS_TEST_IMAGE").into();
+                infra["rootDisk"]["storagePool"] = var("CAPLV_SYS_POOL").into();
+                infra["domain"]["type"] = "qemu".into();
+            }
+            _ => {}
+        }
+        let name = path.file_name().unwrap();
+        std::fs::write(out.join(name), serde_yaml::to_string(&doc).unwrap()).unwrap();
+    }
+    out
+}
+
+#[tokio::test]
+#[ignore = "needs root and the real libvirt environment: scripts/system-test.sh runs it"]
+async fn the_seed_runs_end_to_end_and_the_guest_reads_its_own_ignition() {
+    let key = std::fs::read_to_string(var("CAPLV_SYS_CLIENT_KEY")).unwrap();
+    let pool_dir = PathBuf::from(var("CAPLV_SYS_POOL_DIR"));
+    let nvram = PathBuf::from(var("CAPLV_SYS_NVRAM_DIR")).join("spot-worker-01_VARS.fd");
+    let sandbox = start_sandbox();
+    wait("sandbox kubeconfig", || sandbox.kubeconfig.exists()).await;
+    let watch_log = sandbox._dir.path().join("watch.log");
+    let mut watcher = Command::new("kubectl")
+        .env("KUBECONFIG", &sandbox.kubeconfig)
+        .args([
+            "get",
+            "scheduledmachines",
+            "-w",
+            "--no-headers",
+            "-o",
+            "custom-columns=NAME:.metadata.name,PHASE:.status.phase",
+        ])
+        .stdout(std::fs::File::create(&watch_log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The SSH key Secret the seed's LibvirtHost names (the seed leaves creating it to the user).
+    sandbox.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: laptop-ssh-key, namespace: default}}\nstringData:\n  ssh-privatekey: |\n{}",
+        indent(&key, 4)
+    ));
+    let seed = seed_rewritten(sandbox._dir.path(), api_port(&sandbox.kubeconfig));
+    let out = sandbox.kubectl(&["apply", "-f", seed.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // ScheduledMachine -> IgnitionConfig, LibvirtMachine, Machine -> bootstrap Secret -> domain.
+    wait("domain running", || {
+        sandbox.get(&[
+            "get",
+            "libvirtmachine",
+            "spot-worker-01",
+            "-o",
+            "jsonpath={.status.domainState}",
+        ]) == "running"
+    })
+    .await;
+    assert_eq!(
+        sandbox.get(&[
+            "get",
+            "ignitionconfig",
+            "spot-worker-01",
+            "-o",
+            "jsonpath={.status.dataSecretName}"
+        ]),
+        "spot-worker-01"
+    );
+    // The guest itself read this VM's Ignition from fw_cfg: its own hostname and static address.
+    let console = pool_dir.join("spot-worker-01-console.log");
+    wait("the guest reports what it read from fw_cfg", || {
+        std::fs::read_to_string(&console).is_ok_and(|t| t.contains("CAPLV-PROBE: done"))
+    })
+    .await;
+    let serial = std::fs::read_to_string(&console).unwrap();
+    assert!(serial.contains("CAPLV-PROBE: hostname=spot-worker-01\n"), "{serial}");
+    assert!(
+        serial.contains("CAPLV-PROBE: | address1=192.168.122.100/24,192.168.122.1"),
+        "{serial}"
+    );
+    assert!(!serial.contains("CAPLV-PROBE: error"), "{serial}");
+
+    // The (emulated) kubelet's Node joins through approved CSRs and carries the worker label.
+    wait("Machine Running with its Node", || {
+        sandbox.get(&[
+            "get",
+            "machine",
+            "spot-worker-01",
+            "-o",
+            "jsonpath={.status.phase} {.status.nodeRef.name}",
+        ]) == "Running spot-worker-01"
+    })
+    .await;
+    let labels = sandbox.get(&["get", "node", "spot-worker-01", "-o", "jsonpath={.metadata.labels}"]);
+    assert!(labels.contains("node-role.kubernetes.io/worker"), "{labels}");
+    let uid = sandbox.get(&[
+        "get",
+        "libvirtmachine",
+        "spot-worker-01",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    assert_eq!(
+        sandbox.get(&["get", "node", "spot-worker-01", "-o", "jsonpath={.spec.providerID}"]),
+        format!("libvirt:///{uid}")
+    );
+
+    // The window closes (schedule edited): drain, then everything goes.
+    let closed = (chrono::Utc::now().hour() + 12) % 24;
+    let out = sandbox.kubectl(&[
+        "patch",
+        "scheduledmachine",
+        "spot-worker-01",
+        "--type",
+        "merge",
+        "-p",
+        &format!(r#"{{"spec":{{"schedule":{{"hoursOfDay":["{closed}"]}}}}}}"#),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait("ScheduledMachine Inactive", || {
+        sandbox.get(&[
+            "get",
+            "scheduledmachine",
+            "spot-worker-01",
+            "-o",
+            "jsonpath={.status.phase}",
+        ]) == "Inactive"
+    })
+    .await;
+    for kind in ["machine", "libvirtmachine", "ignitionconfig"] {
+        wait(&format!("{kind} gone"), || {
+            !sandbox.get(&["get", kind, "-o", "name"]).contains("spot-worker-01")
+        })
+        .await;
+    }
+    let domains = virsh(&["list", "--all", "--name"]);
+    assert!(
+        !String::from_utf8_lossy(&domains.stdout).contains("spot-worker-01"),
+        "domain gone"
+    );
+    let leftovers: Vec<String> = std::fs::read_dir(&pool_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("spot-worker-01"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "root, Ignition and console volumes removed: {leftovers:?}"
+    );
+    assert!(!nvram.exists(), "NVRAM removed");
+
+    // `kubectl get scheduledmachines -w` saw the phases in order.
+    let _ = watcher.kill();
+    let _ = watcher.wait();
+    let watched = std::fs::read_to_string(&watch_log).unwrap();
+    let phases: Vec<&str> = watched
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter(|p| *p != "<none>")
+        .collect();
+    let mut dedup = phases.clone();
+    dedup.dedup();
+    let order = ["Active", "ShuttingDown", "Inactive"];
+    let mut at = 0;
+    for phase in &dedup {
+        if at < order.len() && *phase == order[at] {
+            at += 1;
+        }
+    }
+    assert_eq!(at, order.len(), "phases in order {order:?}, watched: {watched}");
 }
