@@ -30,6 +30,9 @@ pub enum Command {
     Run(RunArgs),
     /// Print every CRD this binary defines as multi-document YAML, or write one file per CRD.
     Crds(CrdsArgs),
+    /// Print the RBAC rules each controller family needs (the Helm chart's source), or write
+    /// one file per family with `--out-dir`.
+    Rbac(RbacArgs),
     /// Start an in-memory API server with every CRD, a Cluster API simulator and the
     /// controllers; write a kubeconfig once ready; run until SIGINT/SIGTERM.
     #[command(mut_arg("metrics_addr", |a| a.default_value("127.0.0.1:8080")))]
@@ -158,6 +161,14 @@ impl RunArgs {
 pub struct CrdsArgs {
     /// Write one `<name>.yaml` per CRD into this directory instead of printing to stdout.
     #[arg(long, env = "CAPLV_CRDS_OUT_DIR")]
+    pub out_dir: Option<PathBuf>,
+}
+
+/// Options of `rbac`.
+#[derive(Debug, Args)]
+pub struct RbacArgs {
+    /// Write one `<family>.yaml` rule file per family (plus common and leader-election) here.
+    #[arg(long)]
     pub out_dir: Option<PathBuf>,
 }
 

@@ -61,13 +61,18 @@ mod tests {
 
     use super::*;
 
-    fn committed_dir() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("manifests/crds")
-    }
+    /// Where generated CRDs are committed: the plain manifests and the Helm chart's copy.
+    const COMMITTED: [&str; 2] = ["manifests/crds", "helm/caplv/crds"];
 
     #[test]
     fn committed_crds_match_the_code() {
-        let dir = committed_dir();
+        for place in COMMITTED {
+            check_committed(place);
+        }
+    }
+
+    fn check_committed(place: &str) {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(place);
         let mut expected: Vec<String> = api::crds().iter().map(file_name).collect();
         expected.sort();
         let mut present: Vec<String> = fs::read_dir(&dir)
@@ -77,14 +82,14 @@ mod tests {
         present.sort();
         assert_eq!(
             present, expected,
-            "manifests/crds has stale or missing files; run `cargo run -- crds --out-dir manifests/crds`"
+            "{place} has stale or missing files; run `cargo run -- crds --out-dir {place}`"
         );
         for crd in api::crds() {
             let path = dir.join(file_name(&crd));
             let committed = fs::read_to_string(&path).unwrap();
             assert!(
                 committed == render_one(&crd).unwrap(),
-                "{} drifted from the code; run `cargo run -- crds --out-dir manifests/crds`",
+                "{} drifted from the code; run `cargo run -- crds --out-dir {place}`",
                 path.display()
             );
         }

@@ -20,6 +20,7 @@ pub mod kubelet_csr;
 pub mod leader;
 pub mod libvirt;
 pub mod metrics;
+pub mod rbac;
 pub mod sandbox;
 pub mod schedule;
 pub mod schedule_query;

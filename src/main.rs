@@ -25,6 +25,7 @@ async fn main() -> ExitCode {
     }
     match cli.command {
         Some(Command::Crds(args)) => report(crds::run(&args)),
+        Some(Command::Rbac(args)) => report(caplv::rbac::run(args.out_dir.as_deref())),
         Some(Command::Schedule(args)) => schedule(&args),
         Some(Command::Ignition(IgnitionCommand::Render(args))) => report(caplv::ignition_render::run(&args)),
         Some(Command::Sandbox(args)) => log_outcome(caplv::sandbox::run(args).await),

@@ -12,6 +12,9 @@ use caplv::{
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
+/// The identity the manager's requests carry in these tests.
+pub const MANAGER_USER: &str = "caplv-manager";
+
 /// How long any awaited condition may take before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -79,7 +82,13 @@ impl Env {
         };
         let shared = Shared::new().unwrap();
         let shutdown = CancellationToken::new();
-        let manager = tokio::spawn(app::run(client.clone(), config, shared.clone(), shutdown.clone()));
+        // The manager's requests are tagged so `stop` can check them against the RBAC rules.
+        let manager = tokio::spawn(app::run(
+            server.client_as(MANAGER_USER),
+            config,
+            shared.clone(),
+            shutdown.clone(),
+        ));
         let env = Self {
             server,
             client,
@@ -100,6 +109,12 @@ impl Env {
 
     /// Stop everything; the manager must exit cleanly.
     pub async fn stop(self) {
+        let used = self.server.requests_by(MANAGER_USER);
+        let missing = caplv::rbac::uncovered(&Family::compiled(), &used);
+        assert!(
+            missing.is_empty(),
+            "the manager made requests its RBAC rules (src/rbac.rs) do not allow: {missing:?}"
+        );
         self.shutdown.cancel();
         self.manager.await.unwrap().unwrap();
         self.sim.stop().await.unwrap();

@@ -19,6 +19,9 @@ pub struct RequestInfo {
     pub namespace: String,
     /// Subresource, if any.
     pub subresource: String,
+    /// The `Impersonate-User` the client sent ("" when none): lets tests see which component
+    /// of a process made which requests.
+    pub user: String,
 }
 
 impl RequestInfo {
@@ -117,6 +120,7 @@ pub struct Hooks {
     /// Latency added before each request.
     pub latency: Option<Duration>,
     counts: BTreeMap<(String, String, String), u64>,
+    by_user: BTreeMap<String, std::collections::BTreeSet<(String, String, String)>>,
 }
 
 impl Hooks {
@@ -126,6 +130,13 @@ impl Hooks {
             .counts
             .entry((r.verb.clone(), r.qualified(), r.subresource.clone()))
             .or_default() += 1;
+        if !r.user.is_empty() {
+            self.by_user.entry(r.user.clone()).or_default().insert((
+                r.verb.clone(),
+                r.qualified(),
+                r.subresource.clone(),
+            ));
+        }
         let i = self.faults.iter().position(|f| f.times > 0 && f.matches(r))?;
         let f = &mut self.faults[i];
         f.times -= 1;
@@ -159,8 +170,14 @@ impl Hooks {
         self.counts.clone()
     }
 
+    /// The distinct (verb, `plural[.group]`, subresource) requests `user` made.
+    pub fn requests_by(&self, user: &str) -> std::collections::BTreeSet<(String, String, String)> {
+        self.by_user.get(user).cloned().unwrap_or_default()
+    }
+
     /// Forget all counts.
     pub fn reset_counts(&mut self) {
         self.counts.clear();
+        self.by_user.clear();
     }
 }

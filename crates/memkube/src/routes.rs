@@ -236,6 +236,11 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
         name: rp.name.clone().unwrap_or_default(),
         namespace: rp.ns.clone().unwrap_or_default(),
         subresource: rp.sub.clone().unwrap_or_default(),
+        user: header(
+            &parts.headers,
+            http::header::HeaderName::from_static("impersonate-user"),
+        )
+        .to_string(),
     };
     if let Some(err) = shared.hooks().on_request(&ri) {
         return Err(err);

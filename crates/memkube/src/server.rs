@@ -119,6 +119,20 @@ impl Server {
         kube::Client::new(self.router(), "default")
     }
 
+    /// A client like [`Server::client`] whose requests carry `Impersonate-User: user`, so that
+    /// [`Server::requests_by`] can tell them apart from other components' (no authorization is
+    /// enforced).
+    pub fn client_as(&self, user: &str) -> kube::Client {
+        let value = http::HeaderValue::from_str(user).unwrap_or(http::HeaderValue::from_static("invalid"));
+        let service = tower::ServiceBuilder::new()
+            .map_request(move |mut req: http::Request<kube::client::Body>| {
+                req.headers_mut().insert("impersonate-user", value.clone());
+                req
+            })
+            .service(self.router());
+        kube::Client::new(service, "default")
+    }
+
     /// Serve over plain HTTP on `addr` (port 0 picks one); returns the bound address.
     pub async fn serve(&self, addr: SocketAddr) -> anyhow::Result<SocketAddr> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -185,6 +199,12 @@ impl Server {
     /// All request counts keyed by (verb, resource, subresource).
     pub fn request_counts(&self) -> BTreeMap<(String, String, String), u64> {
         self.shared.hooks().counts()
+    }
+
+    /// The distinct (verb, `plural[.group]`, subresource) requests made by clients from
+    /// [`Server::client_as`]`(user)` (and anyone sending that `Impersonate-User`).
+    pub fn requests_by(&self, user: &str) -> std::collections::BTreeSet<(String, String, String)> {
+        self.shared.hooks().requests_by(user)
     }
 
     /// Forget request counts.

@@ -1,0 +1,337 @@
+//! The Kubernetes permissions each controller family needs, as data: the single source for the
+//! Helm chart's RBAC (`caplv-manager rbac --out-dir helm/caplv/files/rbac` writes one rule file
+//! per family, with each rule's reason as a comment) and for the integration tests, which check
+//! every request the manager made against these rules.
+//!
+//! No wildcards. Leader election's Lease rules are separate ([`LEADER_ELECTION`]): the chart
+//! grants them in the release namespace only.
+
+use std::{fmt::Write as _, path::Path};
+
+use crate::controllers::Family;
+
+/// One RBAC rule with the reason it exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// API groups ("" is core).
+    pub groups: &'static [&'static str],
+    /// Resources, `plural` or `plural/subresource`.
+    pub resources: &'static [&'static str],
+    /// Only these objects, when not empty.
+    pub resource_names: &'static [&'static str],
+    /// Verbs.
+    pub verbs: &'static [&'static str],
+    /// Why the manager needs it.
+    pub why: &'static str,
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+
+const fn rule(
+    groups: &'static [&'static str],
+    resources: &'static [&'static str],
+    verbs: &'static [&'static str],
+    why: &'static str,
+) -> Rule {
+    Rule {
+        groups,
+        resources,
+        resource_names: &[],
+        verbs,
+        why,
+    }
+}
+
+/// What every family needs.
+pub const COMMON: &[Rule] = &[
+    rule(
+        &["events.k8s.io"],
+        &["events"],
+        &["create", "patch"],
+        "Events on the objects the controllers reconcile",
+    ),
+    rule(
+        &["cluster.x-k8s.io"],
+        &["clusters", "machines"],
+        READ,
+        "owner Clusters (paused, names) and Machines (bootstrap data, nodes)",
+    ),
+];
+
+/// Leader election, granted in the manager's own namespace.
+pub const LEADER_ELECTION: &[Rule] = &[rule(
+    &["coordination.k8s.io"],
+    &["leases"],
+    &["get", "create", "update", "patch"],
+    "the leader-election Lease",
+)];
+
+/// The CAPLV family: LibvirtCluster, LibvirtHost, LibvirtMachine, CSR approver, Node linker.
+pub const CAPLV: &[Rule] = &[
+    rule(
+        &["infrastructure.cluster.x-k8s.io"],
+        &["libvirtclusters", "libvirthosts", "libvirtmachines"],
+        &["get", "list", "watch", "patch"],
+        "the CAPLV kinds: watch them, add finalizers and spec.providerID",
+    ),
+    rule(
+        &["infrastructure.cluster.x-k8s.io"],
+        &[
+            "libvirtclusters/status",
+            "libvirthosts/status",
+            "libvirtmachines/status",
+        ],
+        &["patch"],
+        "their status (server-side apply)",
+    ),
+    rule(
+        &[""],
+        &["secrets"],
+        READ,
+        "SSH keys of LibvirtHosts (watched for rotation) and Machines' bootstrap data",
+    ),
+    rule(
+        &[""],
+        &["nodes"],
+        &["get", "list", "watch", "patch"],
+        "link Nodes: providerID while empty, nodeLabels and nodeAnnotations",
+    ),
+    rule(
+        &["certificates.k8s.io"],
+        &["certificatesigningrequests"],
+        READ,
+        "kubelet CSRs of the machines' Nodes",
+    ),
+    rule(
+        &["certificates.k8s.io"],
+        &["certificatesigningrequests/approval"],
+        &["update", "patch"],
+        "approve those CSRs",
+    ),
+    Rule {
+        groups: &["certificates.k8s.io"],
+        resources: &["signers"],
+        resource_names: &[
+            "kubernetes.io/kube-apiserver-client-kubelet",
+            "kubernetes.io/kubelet-serving",
+        ],
+        verbs: &["approve"],
+        why: "only the two kubelet signers",
+    },
+];
+
+/// The Ignition bootstrap family: IgnitionConfig.
+pub const IGNITION: &[Rule] = &[
+    rule(
+        &["bootstrap.cluster.x-k8s.io"],
+        &["ignitionconfigs"],
+        &["get", "list", "watch", "patch"],
+        "IgnitionConfigs",
+    ),
+    rule(
+        &["bootstrap.cluster.x-k8s.io"],
+        &["ignitionconfigs/status"],
+        &["patch"],
+        "their status (server-side apply)",
+    ),
+    rule(
+        &[""],
+        &["secrets"],
+        &["get", "list", "watch", "create", "patch", "update"],
+        "read the source Ignition and write the bootstrap data Secret",
+    ),
+];
+
+/// The 5-Spot family: ScheduledMachine.
+pub const FIVESPOT: &[Rule] = &[
+    rule(
+        &["5spot.finos.org"],
+        &["scheduledmachines"],
+        &["get", "list", "watch", "patch"],
+        "ScheduledMachines and their finalizer",
+    ),
+    rule(
+        &["5spot.finos.org"],
+        &["scheduledmachines/status"],
+        &["patch"],
+        "their status (server-side apply)",
+    ),
+    rule(
+        &["cluster.x-k8s.io"],
+        &["machines"],
+        &["create", "patch", "delete"],
+        "create the window's Machine, adopt it, remove it when the window closes",
+    ),
+    rule(
+        &["infrastructure.cluster.x-k8s.io"],
+        &["libvirtmachines"],
+        &["get", "create", "delete"],
+        "create the window's LibvirtMachine; remove it when no Machine owns it",
+    ),
+    rule(
+        &["bootstrap.cluster.x-k8s.io"],
+        &["ignitionconfigs"],
+        &["get", "create", "delete"],
+        "create the window's IgnitionConfig; remove it when no Machine owns it",
+    ),
+    rule(
+        &[""],
+        &["nodes"],
+        &["get", "list", "watch", "patch"],
+        "cordon (and uncordon) the worker's Node",
+    ),
+    rule(&[""], &["pods"], &["list"], "find the Pods to evict when draining"),
+    rule(
+        &[""],
+        &["pods/eviction"],
+        &["create"],
+        "evict them through the Eviction API, which honours PodDisruptionBudgets",
+    ),
+];
+
+/// The rules of `family`.
+#[must_use]
+pub fn rules(family: Family) -> &'static [Rule] {
+    match family {
+        Family::Caplv => CAPLV,
+        Family::Ignition => IGNITION,
+        Family::Fivespot => FIVESPOT,
+    }
+}
+
+/// Whether `rules` allow `verb` on `resource` (`plural` or `plural.group`) and `subresource`.
+#[must_use]
+pub fn allows(rules: &[Rule], verb: &str, resource: &str, subresource: &str) -> bool {
+    let (plural, group) = resource.split_once('.').unwrap_or((resource, ""));
+    let target = if subresource.is_empty() {
+        plural.to_owned()
+    } else {
+        format!("{plural}/{subresource}")
+    };
+    rules.iter().any(|r| {
+        r.resource_names.is_empty()
+            && r.groups.contains(&group)
+            && r.resources.contains(&target.as_str())
+            && r.verbs.contains(&verb)
+    })
+}
+
+/// The requests (verb, resource, subresource) that the rules of `families` (plus the common
+/// and leader-election rules) do not allow.
+#[must_use]
+pub fn uncovered<'a>(
+    families: &[Family],
+    requests: impl IntoIterator<Item = &'a (String, String, String)>,
+) -> Vec<&'a (String, String, String)> {
+    let mut all: Vec<Rule> = COMMON.iter().chain(LEADER_ELECTION).copied().collect();
+    for f in families {
+        all.extend_from_slice(rules(*f));
+    }
+    requests
+        .into_iter()
+        .filter(|(verb, resource, sub)| !allows(&all, verb, resource, sub))
+        .collect()
+}
+
+fn yaml_list(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// `rules` as a YAML list of PolicyRules, each preceded by its reason as a comment.
+#[must_use]
+pub fn render(rules: &[Rule]) -> String {
+    let mut out = String::new();
+    for r in rules {
+        let _ = writeln!(out, "# {}", r.why);
+        let _ = writeln!(out, "- apiGroups: {}", yaml_list(r.groups));
+        let _ = writeln!(out, "  resources: {}", yaml_list(r.resources));
+        if !r.resource_names.is_empty() {
+            let _ = writeln!(out, "  resourceNames: {}", yaml_list(r.resource_names));
+        }
+        let _ = writeln!(out, "  verbs: {}", yaml_list(r.verbs));
+    }
+    out
+}
+
+/// The files `rbac --out-dir` writes: (file name, contents).
+#[must_use]
+pub fn files() -> Vec<(String, String)> {
+    let header = "# Generated by `caplv-manager rbac --out-dir helm/caplv/files/rbac` from src/rbac.rs; do not edit.\n";
+    let mut out = vec![
+        ("common.yaml".to_owned(), format!("{header}{}", render(COMMON))),
+        (
+            "leader-election.yaml".to_owned(),
+            format!("{header}{}", render(LEADER_ELECTION)),
+        ),
+    ];
+    for f in Family::ALL {
+        out.push((format!("{}.yaml", f.as_str()), format!("{header}{}", render(rules(f)))));
+    }
+    out
+}
+
+/// `caplv-manager rbac`: print every rule file, or write them into `out_dir`.
+///
+/// # Errors
+/// When a file cannot be written.
+pub fn run(out_dir: Option<&Path>) -> anyhow::Result<()> {
+    for (name, text) in files() {
+        match out_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                std::fs::write(dir.join(&name), text)?;
+            }
+            None => print!("---\n# {name}\n{text}"),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_wildcards_and_every_rule_explained() {
+        for f in files() {
+            assert!(!f.1.contains("\"*\""), "{}", f.0);
+        }
+        for r in COMMON
+            .iter()
+            .chain(LEADER_ELECTION)
+            .chain(CAPLV)
+            .chain(IGNITION)
+            .chain(FIVESPOT)
+        {
+            assert!(!r.why.is_empty());
+            assert!(!r.verbs.is_empty() && !r.resources.is_empty());
+        }
+    }
+
+    #[test]
+    fn coverage_checks_group_resource_subresource_and_verb() {
+        let req = |v: &str, r: &str, s: &str| (v.to_owned(), r.to_owned(), s.to_owned());
+        let asked = [
+            req("patch", "libvirtmachines.infrastructure.cluster.x-k8s.io", "status"),
+            req("create", "pods", "eviction"),
+            req("delete", "nodes", ""),
+        ];
+        let missing = uncovered(&[Family::Caplv, Family::Fivespot], &asked);
+        assert_eq!(missing, [&asked[2]]);
+        let missing = uncovered(&[Family::Ignition], &asked);
+        assert_eq!(missing.len(), 3);
+    }
+
+    #[test]
+    fn the_chart_rule_files_match_the_code() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("helm/caplv/files/rbac");
+        for (name, text) in files() {
+            let committed = std::fs::read_to_string(dir.join(&name)).unwrap_or_default();
+            assert!(
+                committed == text,
+                "helm/caplv/files/rbac/{name} is out of date: run `cargo run -- rbac --out-dir helm/caplv/files/rbac`"
+            );
+        }
+    }
+}
