@@ -15,5 +15,6 @@ mod libvirt_host;
 mod libvirt_machine;
 mod sandbox;
 mod scheduled_machine;
+mod scripts;
 mod support;
 mod system;
