@@ -10,5 +10,7 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo test"
 cargo test --workspace --all-features
+echo "== Helm chart (Helm's own renderer, schema, RBAC, apply to memkube)"
+bash scripts/test-helm.sh
 echo "== system test (real libvirtd, QEMU, OVMF, sshd)"
 bash scripts/system-test.sh

@@ -173,6 +173,7 @@ impl Registry {
             b("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true)
                 .short(&["pdb"])
                 .subs(&["status"]),
+            b("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", true).short(&["netpol"]),
             b(
                 "apiextensions.k8s.io",
                 "v1",
