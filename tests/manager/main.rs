@@ -13,6 +13,7 @@ mod leader;
 mod libvirt_cluster;
 mod libvirt_host;
 mod libvirt_machine;
+mod node_join;
 mod sandbox;
 mod scheduled_machine;
 mod scripts;
