@@ -66,7 +66,7 @@ use crate::{
         common::InfrastructureInitialization,
         condition::{self, DesiredCondition, Status},
         libvirt_host::LibvirtHost,
-        libvirt_machine::{LibvirtMachine, LibvirtMachineStatus},
+        libvirt_machine::{AllocatedResources, LibvirtMachine, LibvirtMachineStatus},
     },
     health::Readiness,
 };
@@ -401,47 +401,7 @@ async fn provision_or_watch(machine: &LibvirtMachine, state: &State) -> Result<O
     .map_err(|e| Error::Task(e.to_string()))?;
     ctx.metrics.provision_duration.observe(started.elapsed().as_secs_f64());
     match result {
-        Ok(done) => {
-            ctx.metrics.machine_events.with_label_values(&["provisioned"]).inc();
-            let mut status = current(machine);
-            status.ready = true;
-            if status.provisioned_at.is_none() {
-                status.provisioned_at = Some(Time(Timestamp::now()));
-            }
-            status.initialization = Some(InfrastructureInitialization {
-                provisioned: Some(true),
-            });
-            status.addresses = plan::addresses(&id, &machine.spec);
-            status.node_name = Some(id.node_name.clone());
-            status.domain_uuid = Some(id.uuid.hyphenated().to_string());
-            status.domain_state = Some(done.domain.state.as_str().to_owned());
-            status.allocated = Some(size);
-            status.managed_artifacts = Some(plan::artifacts(&id, &machine.spec, &host));
-            let message = format!(
-                "domain {} {} on {host_name} ({} vCPUs, {} MiB)",
-                id.node_name,
-                done.domain.state.as_str(),
-                size.vcpus,
-                size.memory_mb
-            );
-            let mut events = vec![(EventType::Normal, "Provisioned", message.clone())];
-            if done.started_now && !done.defined_now {
-                ctx.metrics.machine_events.with_label_values(&["restarted"]).inc();
-                events.push((
-                    EventType::Warning,
-                    "DomainRestarted",
-                    format!(
-                        "domain {} was defined but not running and has been started",
-                        id.node_name
-                    ),
-                ));
-            }
-            Ok(Outcome {
-                status: with_ready(status, machine, Status::True, "DomainRunning", message),
-                events,
-                action: Action::requeue(ctx.settings.domain_check_interval),
-            })
-        }
+        Ok(done) => Ok(provisioned(machine, ctx, &id, &host, size, &done)),
         Err(e) => {
             if e.is_transient() {
                 state.shared.hosts.forget(&host_id(&host)).await;
@@ -453,6 +413,57 @@ async fn provision_or_watch(machine: &LibvirtMachine, state: &State) -> Result<O
             };
             Ok(waiting(machine, e.reason(), e.to_string(), Action::requeue(retry)))
         }
+    }
+}
+
+/// The status of a machine whose domain now runs, with the Events to publish.
+fn provisioned(
+    machine: &LibvirtMachine,
+    ctx: &Context,
+    id: &plan::Identity,
+    host: &LibvirtHost,
+    size: AllocatedResources,
+    done: &provision::Provisioned,
+) -> Outcome {
+    ctx.metrics.machine_events.with_label_values(&["provisioned"]).inc();
+    let mut status = current(machine);
+    status.ready = true;
+    if status.provisioned_at.is_none() {
+        status.provisioned_at = Some(Time(Timestamp::now()));
+    }
+    status.initialization = Some(InfrastructureInitialization {
+        provisioned: Some(true),
+    });
+    status.addresses = plan::addresses(id, &machine.spec);
+    status.node_name = Some(id.node_name.clone());
+    status.domain_uuid = Some(id.uuid.hyphenated().to_string());
+    status.domain_state = Some(done.domain.state.as_str().to_owned());
+    status.allocated = Some(size);
+    status.managed_artifacts = Some(plan::artifacts(id, &machine.spec, host));
+    let message = format!(
+        "domain {} {} on {} ({} vCPUs, {} MiB)",
+        id.node_name,
+        done.domain.state.as_str(),
+        host.name_any(),
+        size.vcpus,
+        size.memory_mb
+    );
+    let mut events = vec![(EventType::Normal, "Provisioned", message.clone())];
+    if done.started_now && !done.defined_now {
+        ctx.metrics.machine_events.with_label_values(&["restarted"]).inc();
+        events.push((
+            EventType::Warning,
+            "DomainRestarted",
+            format!(
+                "domain {} was defined but not running and has been started",
+                id.node_name
+            ),
+        ));
+    }
+    Outcome {
+        status: with_ready(status, machine, Status::True, "DomainRunning", message),
+        events,
+        action: Action::requeue(ctx.settings.domain_check_interval),
     }
 }
 
