@@ -129,17 +129,10 @@ fn machines(client: &Client) -> Api<DynamicObject> {
 }
 
 fn lvm(name: &str, host: &str, spec: &serde_json::Value) -> serde_json::Value {
+    let mut spec = spec.clone();
+    spec["hostRef"] = json!({"name": host});
     json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "LibvirtMachine",
-           "metadata": {"name": name, "namespace": "default"}, "spec": {"hostRef": {"name": host}}})
-    .as_object()
-    .map(|o| {
-        let mut o = o.clone();
-        let mut s = spec.clone();
-        s["hostRef"] = json!({"name": host});
-        o.insert("spec".into(), s);
-        serde_json::Value::Object(o)
-    })
-    .unwrap()
+           "metadata": {"name": name, "namespace": "default"}, "spec": spec})
 }
 
 fn machine(name: &str) -> serde_json::Value {
