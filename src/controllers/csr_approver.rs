@@ -69,6 +69,12 @@ impl Error {
     }
 }
 
+impl super::ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 struct State {
     ctx: Arc<Context>,
     machines: Store<LibvirtMachine>,
@@ -127,10 +133,7 @@ fn facts(machine: &LibvirtMachine, node_provider_id: Option<String>) -> kubelet_
 }
 
 async fn reconcile(csr: Arc<CertificateSigningRequest>, state: Arc<State>) -> Result<Action, Error> {
-    let timer = state.ctx.metrics.reconcile_started(NAME);
-    let result = apply(&csr, &state).await;
-    timer.finish(result.as_ref().err().map(Error::reason));
-    result
+    apply(&csr, &state).await
 }
 
 async fn apply(csr: &CertificateSigningRequest, state: &State) -> Result<Action, Error> {
@@ -208,11 +211,6 @@ async fn apply(csr: &CertificateSigningRequest, state: &State) -> Result<Action,
     }
 }
 
-fn error_policy(_csr: Arc<CertificateSigningRequest>, err: &Error, state: Arc<State>) -> Action {
-    tracing::warn!(error = %err, reason = err.reason(), "reconcile failed");
-    Action::requeue(state.ctx.settings.error_requeue)
-}
-
 /// The undecided CSRs naming `node`.
 fn csrs_for(csrs: &Store<CertificateSigningRequest>, node: &str) -> Vec<ObjectRef<CertificateSigningRequest>> {
     csrs.state()
@@ -266,9 +264,9 @@ pub async fn run(
             synced,
             readiness,
             metrics: ctx.metrics.clone(),
+            error_requeue: ctx.settings.error_requeue,
         },
         reconcile,
-        error_policy,
         state,
     )
     .await;

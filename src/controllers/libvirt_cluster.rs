@@ -73,6 +73,12 @@ impl Error {
     }
 }
 
+impl super::ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 /// What a reconcile found, before deciding anything.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Observation {
@@ -252,10 +258,7 @@ fn transitions(old: &LibvirtClusterStatus, new: &LibvirtClusterStatus) -> Vec<(E
 }
 
 async fn reconcile(obj: Arc<LibvirtCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let timer = ctx.metrics.reconcile_started(NAME);
-    let result = apply(&obj, &ctx).await;
-    timer.finish(result.as_ref().err().map(Error::reason));
-    result
+    apply(&obj, &ctx).await
 }
 
 async fn apply(obj: &LibvirtCluster, ctx: &Context) -> Result<Action, Error> {
@@ -281,11 +284,6 @@ async fn apply(obj: &LibvirtCluster, ctx: &Context) -> Result<Action, Error> {
         }
     }
     Ok(plan.requeue.map_or_else(Action::await_change, Action::requeue))
-}
-
-fn error_policy(_obj: Arc<LibvirtCluster>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(error = %err, reason = err.reason(), "reconcile failed");
-    Action::requeue(ctx.settings.error_requeue)
 }
 
 /// Run the controller until `shutdown` is cancelled.
@@ -319,9 +317,9 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             synced,
             readiness,
             metrics: ctx.metrics.clone(),
+            error_requeue: ctx.settings.error_requeue,
         },
         reconcile,
-        error_policy,
         ctx,
     )
     .await;

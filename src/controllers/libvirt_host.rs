@@ -91,6 +91,12 @@ impl Error {
     }
 }
 
+impl super::ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 /// What a check of the host found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Observation {
@@ -254,10 +260,7 @@ async fn observe(host: &LibvirtHost, state: &State) -> Result<Observation, Error
 }
 
 async fn reconcile(host: Arc<LibvirtHost>, state: Arc<State>) -> Result<Action, Error> {
-    let timer = state.ctx.metrics.reconcile_started(NAME);
-    let result = apply(&host, &state).await;
-    timer.finish(result.as_ref().err().map(Error::reason));
-    result
+    apply(&host, &state).await
 }
 
 async fn apply(host: &LibvirtHost, state: &State) -> Result<Action, Error> {
@@ -280,11 +283,6 @@ async fn apply(host: &LibvirtHost, state: &State) -> Result<Action, Error> {
         }
     }
     Ok(Action::requeue(plan.requeue))
-}
-
-fn error_policy(_host: Arc<LibvirtHost>, err: &Error, state: Arc<State>) -> Action {
-    tracing::warn!(error = %err, reason = err.reason(), "reconcile failed");
-    Action::requeue(state.ctx.settings.error_requeue)
 }
 
 /// The hosts whose `secretRef` names this Secret.
@@ -347,9 +345,9 @@ pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdo
             synced,
             readiness,
             metrics: ctx.metrics.clone(),
+            error_requeue: ctx.settings.error_requeue,
         },
         reconcile,
-        error_policy,
         state.clone(),
     )
     .await;

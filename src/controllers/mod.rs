@@ -226,28 +226,43 @@ pub struct Readying<S> {
     pub synced: S,
     /// Where readiness is recorded.
     pub readiness: Readiness,
-    /// Where the ready gauge lives.
+    /// Where the ready gauge and the reconcile metrics live.
     pub metrics: Arc<Metrics>,
+    /// Delay before retrying a reconcile that failed.
+    pub error_requeue: Duration,
+}
+
+/// What [`drive`] needs to know about a controller's reconcile errors.
+pub trait ReconcileError: std::error::Error + Send + 'static {
+    /// A bounded reason for metrics and logs.
+    fn reason(&self) -> &'static str;
+
+    /// Whether a write lost an optimistic-concurrency race: retried at once, quietly.
+    fn is_conflict(&self) -> bool {
+        false
+    }
 }
 
 /// Drive `controller` until it shuts down: it turns ready as `readying` says, every reconcile
-/// runs in a span naming kind, namespace and name, and the ready gauge drops at the end.
+/// runs in a span naming kind, namespace and name and is counted and timed, a failed one is
+/// logged and retried after `error_requeue` (a write conflict at once), and the ready gauge
+/// drops at the end.
 pub async fn drive<K, Ctx, Fut, E>(
     controller: Controller<K>,
     readying: Readying<impl Future<Output = bool> + Send + 'static>,
     mut reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> Fut,
-    error_policy: impl Fn(Arc<K>, &E, Arc<Ctx>) -> ControllerAction,
     ctx: Arc<Ctx>,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     Fut: Future<Output = Result<ControllerAction, E>> + Send + 'static,
-    E: std::error::Error + Send + 'static,
+    E: ReconcileError,
 {
     let Readying {
         name,
         synced,
         readiness,
         metrics,
+        error_requeue,
     } = readying;
     let ready_metrics = metrics.clone();
     tokio::spawn(async move {
@@ -256,20 +271,39 @@ pub async fn drive<K, Ctx, Fut, E>(
         }
     });
     let kind = K::kind(&()).into_owned();
+    let timed = metrics.clone();
     controller
         .run(
             move |obj, ctx| {
                 let span =
                     tracing::info_span!("reconcile", kind = %kind, namespace = obj.namespace(), name = obj.name_any());
-                reconcile(obj, ctx).instrument(span)
+                let metrics = timed.clone();
+                let work = reconcile(obj, ctx);
+                async move {
+                    let timer = metrics.reconcile_started(name);
+                    let result = work.await;
+                    timer.finish(result.as_ref().err().map(ReconcileError::reason));
+                    result
+                }
+                .instrument(span)
             },
-            error_policy,
+            move |_obj, err: &E, _ctx| {
+                if err.is_conflict() {
+                    tracing::debug!(error = %err, "write conflict; retrying");
+                    return ControllerAction::requeue(CONFLICT_RETRY);
+                }
+                tracing::warn!(error = %err, reason = err.reason(), "reconcile failed");
+                ControllerAction::requeue(error_requeue)
+            },
             ctx,
         )
         .for_each(|_| futures::future::ready(()))
         .await;
     metrics.controller_ready.with_label_values(&[name]).set(0);
 }
+
+/// Retry delay after a write conflict: the newer object is already on its way.
+const CONFLICT_RETRY: Duration = Duration::from_millis(100);
 
 /// Record that `controller`'s caches have synced.
 pub fn mark_synced(controller: &'static str, readiness: &Readiness, metrics: &Metrics) {

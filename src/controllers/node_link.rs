@@ -59,6 +59,12 @@ impl Error {
     }
 }
 
+impl super::ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 /// What to do to the Node. Pure.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Link {
@@ -95,10 +101,7 @@ pub fn metadata_patch(
 }
 
 async fn reconcile(machine: Arc<LibvirtMachine>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let timer = ctx.metrics.reconcile_started(NAME);
-    let result = apply(&machine, &ctx).await;
-    timer.finish(result.as_ref().err().map(Error::reason));
-    result
+    apply(&machine, &ctx).await
 }
 
 async fn apply(machine: &LibvirtMachine, ctx: &Context) -> Result<Action, Error> {
@@ -162,11 +165,6 @@ async fn apply(machine: &LibvirtMachine, ctx: &Context) -> Result<Action, Error>
     Ok(Action::await_change())
 }
 
-fn error_policy(_machine: Arc<LibvirtMachine>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(error = %err, reason = err.reason(), "reconcile failed");
-    Action::requeue(ctx.settings.error_requeue)
-}
-
 fn machines_for_node(store: &Store<LibvirtMachine>, node: &str) -> Vec<ObjectRef<LibvirtMachine>> {
     store
         .state()
@@ -195,9 +193,9 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             synced,
             readiness,
             metrics: ctx.metrics.clone(),
+            error_requeue: ctx.settings.error_requeue,
         },
         reconcile,
-        error_policy,
         ctx,
     )
     .await;

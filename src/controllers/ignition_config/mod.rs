@@ -137,6 +137,12 @@ impl Error {
     }
 }
 
+impl crate::controllers::ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 /// The controller ownerRef from a CAPI Machine, if core has set one.
 fn owner_machine(config: &IgnitionConfig) -> Option<&OwnerReference> {
     config
@@ -212,10 +218,7 @@ fn transitions(old: &IgnitionConfigStatus, new: &IgnitionConfigStatus) -> Vec<(E
 }
 
 async fn reconcile(config: Arc<IgnitionConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let timer = ctx.metrics.reconcile_started(NAME);
-    let result = apply(&config, &ctx).await;
-    timer.finish(result.as_ref().err().map(Error::reason));
-    result
+    apply(&config, &ctx).await
 }
 
 async fn apply(config: &IgnitionConfig, ctx: &Context) -> Result<Action, Error> {
@@ -268,11 +271,6 @@ async fn apply(config: &IgnitionConfig, ctx: &Context) -> Result<Action, Error> 
         publish_event(&ctx.recorder, &reference, type_, &reason, "Reconcile", note).await;
     }
     Ok(Action::await_change())
-}
-
-fn error_policy(_config: Arc<IgnitionConfig>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(error = %err, reason = err.reason(), "reconcile failed");
-    Action::requeue(ctx.settings.error_requeue)
 }
 
 /// The IgnitionConfigs a Secret concerns: those reading it, and the one it is (or would be)
@@ -358,9 +356,9 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             synced,
             readiness,
             metrics: ctx.metrics.clone(),
+            error_requeue: ctx.settings.error_requeue,
         },
         reconcile,
-        error_policy,
         ctx,
     )
     .await;

@@ -18,7 +18,6 @@ use kube::{
 use super::{Error, FINALIZER, Outcome, State, api, current, plan, provision, with_ready};
 use crate::api::{
     condition::{self, DesiredCondition, Status},
-    libvirt_host::LibvirtHost,
     libvirt_machine::{LibvirtMachine, ManagedArtifacts},
 };
 use crate::controllers::host_connections::host_id;
@@ -66,12 +65,7 @@ pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Op
     let Some(uuid) = plan::identity(machine).map(|i| i.uuid) else {
         return Err(Error::NoUid);
     };
-    let hosts: kube::Api<LibvirtHost> = kube::Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(host) = hosts
-        .get_opt(&host_key.1)
-        .await
-        .map_err(super::get_err(format!("LibvirtHost {}", host_key.1)))?
-    else {
+    let Some(host) = super::host_of(machine, ctx).await? else {
         return Ok(Some(stalled(
             machine,
             "HostNotFound",

@@ -139,6 +139,17 @@ impl Error {
     }
 }
 
+impl crate::controllers::ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+
+    // Usually CAPI core adding its owner reference first.
+    fn is_conflict(&self) -> bool {
+        Error::is_conflict(self)
+    }
+}
+
 fn get_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     let what = what.into();
     move |source| Error::Get { what, source }
@@ -199,6 +210,15 @@ fn api(ctx: &Context, machine: &LibvirtMachine) -> Api<LibvirtMachine> {
     Api::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default())
 }
 
+/// The LibvirtHost `machine` names, if it exists.
+async fn host_of(machine: &LibvirtMachine, ctx: &Context) -> Result<Option<LibvirtHost>, Error> {
+    let name = &machine.spec.host_ref.name;
+    Api::<LibvirtHost>::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default())
+        .get_opt(name)
+        .await
+        .map_err(get_err(format!("LibvirtHost {name}")))
+}
+
 /// The controller owner reference CAPI core sets from the Machine.
 fn owner_machine(machine: &LibvirtMachine) -> Option<&OwnerReference> {
     machine
@@ -208,10 +228,7 @@ fn owner_machine(machine: &LibvirtMachine) -> Option<&OwnerReference> {
 }
 
 async fn reconcile(machine: Arc<LibvirtMachine>, state: Arc<State>) -> Result<Action, Error> {
-    let timer = state.ctx.metrics.reconcile_started(NAME);
-    let result = apply(&machine, &state).await;
-    timer.finish(result.as_ref().err().map(Error::reason));
-    result
+    apply(&machine, &state).await
 }
 
 async fn apply(machine: &LibvirtMachine, state: &State) -> Result<Action, Error> {
@@ -328,13 +345,8 @@ async fn provision_or_watch(machine: &LibvirtMachine, state: &State) -> Result<O
             Action::await_change(),
         ));
     };
-    let hosts: Api<LibvirtHost> = Api::namespaced(ctx.client.clone(), &namespace);
     let host_name = &machine.spec.host_ref.name;
-    let Some(host) = hosts
-        .get_opt(host_name)
-        .await
-        .map_err(get_err(format!("LibvirtHost {host_name}")))?
-    else {
+    let Some(host) = host_of(machine, ctx).await? else {
         return Ok(waiting(
             machine,
             "HostNotFound",
@@ -496,17 +508,6 @@ async fn ensure_finalizer_and_provider_id(
     Ok(())
 }
 
-fn error_policy(_machine: Arc<LibvirtMachine>, err: &Error, state: Arc<State>) -> Action {
-    if err.is_conflict() {
-        // Someone (usually CAPI core adding its owner reference) wrote first: retry at once
-        // on the newer object.
-        tracing::debug!(error = %err, "write conflict; retrying");
-        return Action::requeue(Duration::from_millis(100));
-    }
-    tracing::warn!(error = %err, reason = err.reason(), "reconcile failed");
-    Action::requeue(state.ctx.settings.error_requeue)
-}
-
 /// The machines on host `namespace/name`.
 fn machines_on_host(store: &Store<LibvirtMachine>, namespace: &str, name: &str) -> Vec<ObjectRef<LibvirtMachine>> {
     store
@@ -582,9 +583,9 @@ pub async fn run(
             synced,
             readiness,
             metrics: ctx.metrics.clone(),
+            error_requeue: ctx.settings.error_requeue,
         },
         reconcile,
-        error_policy,
         state,
     )
     .await;

@@ -1,15 +1,11 @@
 //! Watching a provisioned machine's domain: restart it when it stopped, report it when it vanished.
 
-use kube::{
-    Api, ResourceExt,
-    runtime::{controller::Action, events::EventType},
-};
+use kube::runtime::{controller::Action, events::EventType};
 
-use super::{Error, HOST_RETRY, Outcome, State, current, get_err, plan, provision, waiting, with_ready};
+use super::{Error, HOST_RETRY, Outcome, State, current, host_of, plan, provision, waiting, with_ready};
 use crate::{
     api::{
         condition::{self, Status},
-        libvirt_host::LibvirtHost,
         libvirt_machine::LibvirtMachine,
     },
     controllers::host_connections::host_id,
@@ -19,14 +15,8 @@ use crate::{
 pub(super) async fn check(machine: &LibvirtMachine, state: &State, id: &plan::Identity) -> Result<Outcome, Error> {
     let ctx = &state.ctx;
     let interval = ctx.settings.domain_check_interval;
-    let namespace = machine.namespace().unwrap_or_default();
     let host_name = &machine.spec.host_ref.name;
-    let hosts: Api<LibvirtHost> = Api::namespaced(ctx.client.clone(), &namespace);
-    let Some(host) = hosts
-        .get_opt(host_name)
-        .await
-        .map_err(get_err(format!("LibvirtHost {host_name}")))?
-    else {
+    let Some(host) = host_of(machine, ctx).await? else {
         return Ok(waiting(
             machine,
             "HostNotFound",

@@ -118,6 +118,12 @@ impl Error {
     }
 }
 
+impl crate::controllers::ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 /// Controller state shared by reconciles.
 struct State {
     ctx: Arc<Context>,
@@ -154,10 +160,7 @@ impl State {
 }
 
 async fn reconcile(sm: Arc<ScheduledMachine>, state: Arc<State>) -> Result<Requeue, Error> {
-    let timer = state.ctx.metrics.reconcile_started(NAME);
-    let result = reconcile_inner(&sm, &state).await;
-    timer.finish(result.as_ref().err().map(Error::reason));
-    result
+    reconcile_inner(&sm, &state).await
 }
 
 async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue, Error> {
@@ -288,11 +291,6 @@ async fn report_transition(
     .await;
 }
 
-fn error_policy(_sm: Arc<ScheduledMachine>, err: &Error, state: Arc<State>) -> Requeue {
-    tracing::warn!(error = %err, reason = err.reason(), "reconcile failed");
-    Requeue::requeue(state.ctx.settings.error_requeue)
-}
-
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
     let machines_api: Api<DynamicObject> = match &ctx.settings.watch_namespace {
@@ -361,9 +359,9 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             synced,
             readiness,
             metrics: ctx.metrics.clone(),
+            error_requeue: ctx.settings.error_requeue,
         },
         reconcile,
-        error_policy,
         state,
     )
     .await;
