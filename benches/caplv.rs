@@ -45,14 +45,8 @@ const IGNITION: &str = r#"{"ignition":{"version":"3.4.0"}}"#;
 
 fn settings() -> Settings {
     Settings {
-        watch_namespace: None,
-        endpoint_probe_interval: Duration::from_secs(60),
         error_requeue: Duration::from_secs(1),
-        max_concurrent_creations: 10,
-        simulated_hosts: None,
-        domain_check_interval: Duration::from_secs(60),
-        max_concurrent_host_connects: 16,
-        csr_approval_window: Duration::from_secs(7200),
+        ..Settings::default()
     }
 }
 

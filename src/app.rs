@@ -247,3 +247,19 @@ async fn wait_for_signal() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[test]
+    fn settings_default_to_the_command_lines_defaults() {
+        let cli = crate::cli::Cli::try_parse_from(["caplv-manager"]).unwrap();
+        assert_eq!(
+            ManagerConfig::from_args(&cli.run, "default").settings,
+            Settings::default()
+        );
+    }
+}

@@ -112,7 +112,7 @@ impl Family {
 }
 
 /// Run-time settings the controllers share.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// Only watch this namespace, when set.
     pub watch_namespace: Option<String>,
@@ -131,6 +131,22 @@ pub struct Settings {
     pub max_concurrent_host_connects: usize,
     /// How long after provisioning a machine's kubelet bootstrap CSR is approved.
     pub csr_approval_window: Duration,
+}
+
+impl Default for Settings {
+    /// The command line's defaults (a test in `app` keeps the two equal).
+    fn default() -> Self {
+        Self {
+            watch_namespace: None,
+            endpoint_probe_interval: Duration::from_secs(60),
+            error_requeue: Duration::from_secs(10),
+            max_concurrent_creations: 10,
+            simulated_hosts: None,
+            domain_check_interval: Duration::from_secs(60),
+            max_concurrent_host_connects: 16,
+            csr_approval_window: Duration::from_secs(120 * 60),
+        }
+    }
 }
 
 /// Everything a reconcile needs; one per manager, shared by every controller.

@@ -32,14 +32,11 @@ pub struct Env {
 /// Settings that make periodic work quick in tests.
 pub fn fast_settings() -> Settings {
     Settings {
-        watch_namespace: None,
         endpoint_probe_interval: Duration::from_millis(300),
         error_requeue: Duration::from_millis(200),
-        max_concurrent_creations: 10,
-        simulated_hosts: None,
         domain_check_interval: Duration::from_millis(500),
         max_concurrent_host_connects: 4,
-        csr_approval_window: Duration::from_secs(7200),
+        ..Settings::default()
     }
 }
 
