@@ -1,22 +1,11 @@
 //! The sandbox as a user drives it: the seed's manifests applied unchanged with kubectl.
 
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-};
+use std::{path::Path, process::Stdio};
 
 use crate::{
     cli::{manager, signal, wait_with_deadline},
-    support::wait_until,
+    support::{kubectl, wait_until},
 };
-
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("kubectl")
-        .env("KUBECONFIG", kubeconfig)
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 #[tokio::test]
 async fn the_seed_applies_unchanged_and_the_seed_query_works() {

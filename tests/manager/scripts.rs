@@ -5,7 +5,10 @@ use std::{
     process::{Command, Stdio},
 };
 
-use crate::{cli::manager, support::wait_until};
+use crate::{
+    cli::manager,
+    support::{kubectl, wait_until},
+};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -58,12 +61,7 @@ async fn the_quick_commands_create_a_worker_and_show_the_stack() {
         "03-cluster.yaml",
         "04-secret-worker-ignition.yaml",
     ] {
-        let out = Command::new("kubectl")
-            .env("KUBECONFIG", &kubeconfig)
-            .args(["apply", "-f"])
-            .arg(seed.join(file))
-            .output()
-            .unwrap();
+        let out = kubectl(&kubeconfig, &["apply", "-f", seed.join(file).to_str().unwrap()]);
         assert!(out.status.success(), "{}", text(&out));
     }
 
@@ -88,17 +86,16 @@ async fn the_quick_commands_create_a_worker_and_show_the_stack() {
     let created = script("demo-create-worker.sh", &[], &kubeconfig, &env);
     assert!(created.status.success(), "{}", text(&created));
     wait_until("quick-worker's VM runs", || async {
-        let out = Command::new("kubectl")
-            .env("KUBECONFIG", &kubeconfig)
-            .args([
+        let out = kubectl(
+            &kubeconfig,
+            &[
                 "get",
                 "libvirtmachine",
                 "quick-worker",
                 "-o",
                 "jsonpath={.status.domainState} {.spec.domain.vcpus}",
-            ])
-            .output()
-            .unwrap();
+            ],
+        );
         out.stdout == b"running 4"
     })
     .await;

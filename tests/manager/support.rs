@@ -156,3 +156,12 @@ pub async fn apply_yaml(client: &Client, yaml: &str) {
     .await
     .unwrap();
 }
+
+/// Run kubectl against `kubeconfig` with `args`.
+pub fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("kubectl")
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .output()
+        .unwrap()
+}

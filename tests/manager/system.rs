@@ -56,11 +56,7 @@ impl Drop for Sandbox {
 
 impl Sandbox {
     fn kubectl(&self, args: &[&str]) -> std::process::Output {
-        Command::new("kubectl")
-            .env("KUBECONFIG", &self.kubeconfig)
-            .args(args)
-            .output()
-            .unwrap()
+        crate::support::kubectl(&self.kubeconfig, args)
     }
 
     fn get(&self, args: &[&str]) -> String {
