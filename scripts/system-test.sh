@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
-# System test on real components: brings up libvirtd + QEMU (TCG) + OVMF in a private network
-# namespace and an sshd on 127.0.0.1 (scripts/libvirt-env.sh), runs the ignored system tests
-# against them with the manager as a real process, and always tears the environment down.
+# System test on genuine components: libvirtd + QEMU (TCG) + OVMF in a private network namespace
+# and an sshd on 127.0.0.1 (scripts/libvirt-env.sh); kube-apiserver, etcd,
+# kube-controller-manager and Cluster API core on 127.0.0.1 (scripts/control-plane.sh), once for
+# each Cluster API contract (v1beta1: v1.10, as OpenShift 4.20 ships; v1beta2: the newest
+# release). On each, the chart's default install (manifests/install.yaml, Helm's render) is
+# applied, and the ignored system tests run with the manager as its own process under the chart's
+# ServiceAccount. Everything is torn down on exit, unless CAPLV_SYS_KEEP=1 keeps the last
+# environment for a look at what failed (then: control-plane.sh down, libvirt-env.sh down).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 workdir="${CAPLV_SYS_WORKDIR:-/tmp/caplv-system}"
-trap 'bash scripts/libvirt-env.sh down "$workdir" >/dev/null' EXIT
+cpdir="$workdir/control-plane"
+contracts=${CAPLV_SYS_CONTRACTS:-v1beta1 v1beta2}
+cleanup() {
+  if [ "${CAPLV_SYS_KEEP:-0}" = 1 ]; then
+    echo "system-test: kept $cpdir and $workdir; remove with: scripts/control-plane.sh down $cpdir; scripts/libvirt-env.sh down $workdir" >&2
+    return
+  fi
+  bash scripts/control-plane.sh down "$cpdir" || true
+  bash scripts/libvirt-env.sh down "$workdir" >/dev/null
+}
+trap cleanup EXIT
 bash scripts/libvirt-env.sh up "$workdir"
 set -a
 # shellcheck source=/dev/null
@@ -21,5 +36,53 @@ export CAPLV_SYS_TEST_IMAGE=caplv-test-image.qcow2
 mkdir -p "$workdir/roundtrip-pool"
 CAPLV_TEST_LIBVIRT_URI=qemu:///system CAPLV_TEST_POOL_DIR="$workdir/roundtrip-pool" \
   cargo test --workspace --all-features --lib real_libvirt_storage_roundtrip -- --ignored
-# The product end to end: the kill-switch test, then the seed's own flow booting the test image.
-cargo test --workspace --all-features --test manager system:: -- --ignored --test-threads=1
+
+# kubeconfig FILE TOKEN NAMESPACE: a kubeconfig for the genuine API server with a bearer token.
+kubeconfig() {
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: genuine
+  cluster: {server: "$CAPLV_CP_API_URL", certificate-authority-data: $(base64 -w0 "$CAPLV_CP_CA_FILE")}
+users:
+- name: user
+  user: {token: "$2"}
+contexts:
+- name: user
+  context: {cluster: genuine, user: user, namespace: $3}
+current-context: user
+EOF
+}
+
+# What an OpenShift cluster has before the user arrives: the chart installed as a user installs
+# it, and the node-bootstrapper identity kubelets file their first CSR with.
+install_caplv() {
+  kubectl create namespace caplv-system >/dev/null
+  kubectl apply --server-side -f manifests/install.yaml >/dev/null
+  kubectl wait --for condition=established --timeout 60s -f manifests/crds/ >/dev/null
+  kubectl create namespace openshift-machine-config-operator >/dev/null
+  kubectl -n openshift-machine-config-operator create serviceaccount node-bootstrapper >/dev/null
+  kubectl create clusterrolebinding node-bootstrapper --clusterrole system:node-bootstrapper \
+    --serviceaccount openshift-machine-config-operator:node-bootstrapper >/dev/null
+  kubeconfig "$cpdir/manager.kubeconfig" "$(kubectl -n caplv-system create token caplv --duration 4h)" caplv-system
+  kubeconfig "$cpdir/bootstrap.kubeconfig" \
+    "$(kubectl -n openshift-machine-config-operator create token node-bootstrapper --duration 4h)" default
+  export CAPLV_SYS_MANAGER_KUBECONFIG="$cpdir/manager.kubeconfig"
+  export CAPLV_SYS_BOOTSTRAP_KUBECONFIG="$cpdir/bootstrap.kubeconfig"
+}
+
+cargo test --workspace --all-features --test manager --no-run
+for contract in $contracts; do
+  echo "== system tests on the genuine control plane, Cluster API $contract"
+  CAPLV_CAPI_VERSION=$contract bash scripts/control-plane.sh up "$cpdir"
+  set -a
+  # shellcheck source=/dev/null
+  . "$cpdir/env"
+  set +a
+  # The kubectl built with the API server, first on the PATH for the tests too.
+  PATH="$(dirname "$CAPLV_CP_KUBECTL"):$PATH"
+  install_caplv
+  cargo test --workspace --all-features --test manager system:: -- --ignored --test-threads=1
+  bash scripts/control-plane.sh down "$cpdir"
+done

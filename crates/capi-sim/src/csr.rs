@@ -34,12 +34,24 @@ fn node_subject(node: &str) -> DistinguishedName {
     dn
 }
 
+/// A PEM PKCS#10 request with the PEM PKCS#8 private key it was signed with.
+pub struct KeyedRequest {
+    /// The request, PEM.
+    pub csr: String,
+    /// Its private key, PEM; a kubelet keeps it to use the issued certificate.
+    pub key: String,
+}
+
 /// A PEM PKCS#10 client CSR for `node` (CN `system:node:<node>`, O `system:nodes`, no SANs).
 pub fn client_csr(node: &str) -> Result<String> {
+    Ok(keyed_client_csr(node)?.csr)
+}
+
+/// [`client_csr`] with its private key.
+pub fn keyed_client_csr(node: &str) -> Result<KeyedRequest> {
     let mut params = CertificateParams::default();
     params.distinguished_name = node_subject(node);
-    let key = KeyPair::generate()?;
-    Ok(params.serialize_request(&key)?.pem()?)
+    keyed(&params)
 }
 
 /// A PEM PKCS#10 serving CSR for `node` with DNS and IP SANs.
@@ -52,8 +64,15 @@ pub fn serving_csr(node: &str, dns: &[String], ips: &[IpAddr]) -> Result<String>
     }
     sans.extend(ips.iter().copied().map(SanType::IpAddress));
     params.subject_alt_names = sans;
+    Ok(keyed(&params)?.csr)
+}
+
+fn keyed(params: &CertificateParams) -> Result<KeyedRequest> {
     let key = KeyPair::generate()?;
-    Ok(params.serialize_request(&key)?.pem()?)
+    Ok(KeyedRequest {
+        csr: params.serialize_request(&key)?.pem()?,
+        key: key.serialize_pem(),
+    })
 }
 
 /// A self-signed PEM certificate standing in for what the signer would issue; only its

@@ -22,7 +22,9 @@
 //!   CRD's `cluster.x-k8s.io/<contract>` label; a missing label is an error, as in core.
 //! - **Emulated kubelet** (optional): registers a Node once the InfraMachine is provisioned
 //!   and files real PKCS#10 client and serving CSRs, issuing a placeholder certificate once a
-//!   CSR is approved.
+//!   CSR is approved. For a genuine control plane (real kube-apiserver, kube-controller-manager
+//!   and Cluster API core) use [`kubelet_agent::KubeletAgent`] instead: only the kubelet is
+//!   emulated there, with real certificates and the node's own identity.
 //!
 //! # What is not simulated
 //! MachineSets, MachineDeployments, MachineHealthChecks, ClusterClass/topology, control-plane
@@ -69,6 +71,7 @@ pub mod csr;
 mod dynamic;
 mod error;
 mod kubelet;
+pub mod kubelet_agent;
 mod machine;
 mod patch;
 mod sim;

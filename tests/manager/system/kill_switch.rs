@@ -1,0 +1,189 @@
+//! A ScheduledMachine boots a real UEFI VM over the pinned SSH tunnel, and the kill switch
+//! leaves nothing on the host; a host with a wrong key pin is refused before authenticating.
+
+use std::{path::PathBuf, process::Command};
+
+use super::{Genuine, indent, pool_files, run, var, virsh, wait};
+
+/// Everything lives in its own namespace, away from the seed's `default`.
+const NS: &str = "sys";
+
+fn manifests(api_port: &str) -> String {
+    let key = std::fs::read_to_string(var("CAPLV_SYS_CLIENT_KEY")).unwrap();
+    let (uri, pin, pool, base, code, vars) = (
+        var("CAPLV_SYS_URI"),
+        var("CAPLV_SYS_FINGERPRINT"),
+        var("CAPLV_SYS_POOL"),
+        var("CAPLV_SYS_BASE_IMAGE"),
+        var("CAPLV_SYS_OVMF_CODE"),
+        var("CAPLV_SYS_OVMF_VARS"),
+    );
+    let wrong = format!("SHA256:{}", "A".repeat(43));
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {NS}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: sys-ssh, namespace: {NS}}}
+stringData:
+  ssh-privatekey: |
+{key}---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: LibvirtHost
+metadata: {{name: sys, namespace: {NS}}}
+spec:
+  uri: "{uri}"
+  secretRef: {{name: sys-ssh}}
+  hostKeyFingerprint: "{pin}"
+  firmwarePath: {code}
+  nvramTemplatePath: {vars}
+  reservedResources: {{vcpus: 0, memoryMB: 0}}
+  healthCheckIntervalSeconds: 30
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: LibvirtHost
+metadata: {{name: impostor, namespace: {NS}}}
+spec:
+  uri: "{uri}"
+  secretRef: {{name: sys-ssh}}
+  hostKeyFingerprint: "{wrong}"
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: LibvirtCluster
+metadata: {{name: sys, namespace: {NS}}}
+spec:
+  controlPlaneEndpoint: {{host: 127.0.0.1, port: {api_port}}}
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: Cluster
+metadata: {{name: sys, namespace: {NS}}}
+spec:
+  controlPlaneEndpoint: {{host: 127.0.0.1, port: {api_port}}}
+  infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: LibvirtCluster, name: sys}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: worker-ignition, namespace: {NS}}}
+stringData:
+  value: '{{"ignition":{{"version":"3.4.0"}}}}'
+---
+apiVersion: 5spot.finos.org/v1alpha1
+kind: ScheduledMachine
+metadata: {{name: sys-worker, namespace: {NS}}}
+spec:
+  clusterName: sys
+  schedule: {{daysOfWeek: [mon-sun], hoursOfDay: ["0-23"], timezone: UTC}}
+  infrastructureSpec:
+    apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+    kind: LibvirtMachine
+    spec:
+      hostRef: {{name: sys}}
+      domain: {{firmware: uefi, vcpus: 1, memoryMB: 512, type: qemu}}
+      rootDisk: {{baseImage: {base}, storagePool: {pool}, size: 128Mi}}
+      network:
+        type: network
+        name: default
+        addresses: [192.168.122.50/24]
+        gateway: 192.168.122.1
+  bootstrapSpec:
+    apiVersion: bootstrap.cluster.x-k8s.io/v1alpha1
+    kind: IgnitionConfig
+    spec: {{secretRef: {{name: worker-ignition}}}}
+  machineTemplate:
+    labels: {{node-role.kubernetes.io/worker: ""}}
+  killSwitch: false
+"#,
+        key = indent(&key, 4),
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs root, real libvirt and the genuine control plane: scripts/system-test.sh runs it"]
+async fn a_scheduled_machine_boots_a_real_uefi_vm_and_the_kill_switch_leaves_nothing() {
+    let pool_dir = PathBuf::from(var("CAPLV_SYS_POOL_DIR"));
+    let nvram_dir = PathBuf::from(var("CAPLV_SYS_NVRAM_DIR"));
+    let env = Genuine::start().await;
+    env.apply(&manifests(&var("CAPLV_CP_API_PORT")));
+    let get = |args: &[&str]| {
+        let mut all = vec!["-n", NS, "get"];
+        all.extend_from_slice(args);
+        env.get(&all)
+    };
+
+    // The pinned host connects over SSH; the impostor pin is refused before authenticating.
+    wait("host sys ready", || {
+        get(&["libvirthost", "sys", "-o", "jsonpath={.status.ready}"]) == "true"
+    })
+    .await;
+    let pin = var("CAPLV_SYS_FINGERPRINT");
+    wait("impostor refused with HostKeyMismatch", || {
+        get(&[
+            "libvirthost",
+            "impostor",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Reachable\")].reason} {.status.observedHostKeyFingerprint}",
+        ]) == format!("HostKeyMismatch {pin}")
+    })
+    .await;
+
+    // The worker's VM runs: UEFI, the fw_cfg entry, this VM's Ignition in the named file.
+    wait("LibvirtMachine sys-worker running", || {
+        get(&["libvirtmachine", "sys-worker", "-o", "jsonpath={.status.domainState}"]) == "running"
+    })
+    .await;
+    let uid = get(&["libvirtmachine", "sys-worker", "-o", "jsonpath={.metadata.uid}"]);
+    assert_eq!(virsh(&["domstate", "sys-worker"]).trim(), "running");
+    let xml = virsh(&["dumpxml", "sys-worker"]);
+    assert!(xml.contains(&format!("<uuid>{uid}</uuid>")), "{xml}");
+    assert!(xml.contains("type='pflash'") && xml.contains("<nvram"), "UEFI: {xml}");
+    assert!(xml.contains("<domain type='qemu'"), "TCG: {xml}");
+    let ignition_file = pool_dir.join("sys-worker-ignition.ign");
+    assert!(
+        xml.contains(&format!(
+            "<entry name='opt/com.coreos/config' file='{}'/>",
+            ignition_file.display()
+        )),
+        "fw_cfg entry: {xml}"
+    );
+    let cmdline = run(Command::new("pgrep").args(["-a", "-f", "guest=sys-worker"]));
+    assert!(cmdline.contains("name=opt/com.coreos/config,file="), "{cmdline}");
+    let ignition = std::fs::read_to_string(&ignition_file).unwrap();
+    assert!(
+        ignition.contains("/etc/hostname") && ignition.contains("data:,sys-worker"),
+        "{ignition}"
+    );
+    assert!(ignition.contains(&format!("libvirt:///{uid}")), "provider ID injected");
+    let nvram = nvram_dir.join("sys-worker_VARS.fd");
+    assert!(nvram.exists(), "per-VM NVRAM at {}", nvram.display());
+    // Genuine Cluster API core took the provider ID from the LibvirtMachine.
+    wait("Machine has the provider ID", || {
+        get(&["machine", "sys-worker", "-o", "jsonpath={.spec.providerID}"]) == format!("libvirt:///{uid}")
+    })
+    .await;
+
+    // Kill switch: the Machine goes, and with it every trace on the host.
+    env.patch(
+        &["-n", NS, "scheduledmachine", "sys-worker"],
+        r#"{"spec":{"killSwitch":true}}"#,
+    );
+    for kind in ["machine", "libvirtmachine"] {
+        wait(&format!("{kind} sys-worker gone"), || {
+            let out = env.kubectl(&["-n", NS, "get", kind, "-o", "name"]);
+            out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("sys-worker")
+        })
+        .await;
+    }
+    assert!(
+        !virsh(&["list", "--all", "--name"]).contains("sys-worker"),
+        "domain gone"
+    );
+    let volumes = virsh(&["vol-list", &var("CAPLV_SYS_POOL")]);
+    assert!(!volumes.contains("sys-worker"), "volumes gone: {volumes}");
+    let leftovers = pool_files("sys-worker");
+    assert!(leftovers.is_empty(), "files left in the pool: {leftovers:?}");
+    assert!(!nvram.exists(), "NVRAM removed");
+    assert!(!ignition_file.exists(), "Ignition file removed");
+    env.stop().await;
+}

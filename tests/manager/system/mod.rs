@@ -1,0 +1,202 @@
+//! System tests on genuine components only, but for the kubelet: kube-apiserver, etcd,
+//! kube-controller-manager and Cluster API core built from their Go modules
+//! (`scripts/control-plane.sh`), libvirtd + QEMU (TCG) + OVMF in the test's own network namespace
+//! and a private sshd on 127.0.0.1 (`scripts/libvirt-env.sh`), the chart's default install
+//! applied to the real API server, and the manager as its own process authenticated as the
+//! chart's ServiceAccount, so the real RBAC authorizer judges every request it makes.
+//!
+//! The kubelet is [`capi_sim::kubelet_agent`]: it files real CSRs with OpenShift's
+//! node-bootstrapper identity, which the manager approves and kube-controller-manager signs, and
+//! registers its Node with the certificate it got.
+//!
+//! `scripts/system-test.sh` prepares all of it, once per Cluster API contract version, and runs
+//! these tests with the `CAPLV_CP_*` and `CAPLV_SYS_*` variables it writes; `cargo test` alone
+//! skips them (ignored), because they need root and that environment.
+
+mod kill_switch;
+mod seed_flow;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use capi_sim::kubelet_agent::{AgentHandle, ApiAccess, KubeletAgent};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::cli::manager;
+
+/// Real libvirt is slower than the test driver: first define probes QEMU, TCG boots slowly.
+const DEADLINE: Duration = Duration::from_secs(180);
+
+/// The identity the chart gives the manager.
+const MANAGER_USER: &str = "system:serviceaccount:caplv-system:caplv";
+
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set; run scripts/system-test.sh"))
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn virsh(args: &[&str]) -> String {
+    run(Command::new("virsh").args(["-c", "qemu:///system"]).args(args))
+}
+
+/// Files in the pool directory whose names mention `name`.
+fn pool_files(name: &str) -> Vec<String> {
+    std::fs::read_dir(var("CAPLV_SYS_POOL_DIR"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(name))
+        .collect()
+}
+
+fn indent(text: &str, by: usize) -> String {
+    text.lines().map(|l| format!("{}{l}\n", " ".repeat(by))).collect()
+}
+
+async fn wait(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn client_from(path: &Path) -> kube::Client {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// The manager process and the emulated kubelet on the genuine control plane.
+struct Genuine {
+    manager: Child,
+    kubelet: Option<AgentHandle>,
+    admin: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Genuine {
+    fn drop(&mut self) {
+        let _ = self.manager.kill();
+        let _ = self.manager.wait();
+    }
+}
+
+impl Genuine {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = std::fs::File::create(dir.path().join("manager.log")).unwrap();
+        let manager = manager()
+            .args(["run", "--metrics-addr", "127.0.0.1:0", "--leader-elect"])
+            .env("KUBECONFIG", var("CAPLV_SYS_MANAGER_KUBECONFIG"))
+            .env("CAPLV_DOMAIN_CHECK_INTERVAL_SECONDS", "5")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let admin = PathBuf::from(var("KUBECONFIG"));
+        let agent = KubeletAgent {
+            observer: client_from(&admin).await,
+            bootstrap: client_from(Path::new(&var("CAPLV_SYS_BOOTSTRAP_KUBECONFIG"))).await,
+            api: ApiAccess {
+                url: var("CAPLV_CP_API_URL"),
+                ca_pem: std::fs::read_to_string(var("CAPLV_CP_CA_FILE")).unwrap(),
+            },
+            infra: kube::api::ApiResource::erase::<caplv::api::libvirt_machine::LibvirtMachine>(&()),
+            kubelet_version: var("CAPLV_CP_KUBERNETES_VERSION"),
+        };
+        Self {
+            manager,
+            kubelet: Some(agent.spawn()),
+            admin,
+            dir,
+        }
+    }
+
+    fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        crate::support::kubectl(&self.admin, args)
+    }
+
+    fn get(&self, args: &[&str]) -> String {
+        String::from_utf8_lossy(&self.kubectl(args).stdout).into_owned()
+    }
+
+    fn apply(&self, yaml: &str) {
+        let file = self.dir.path().join("apply.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        self.apply_path(&file);
+    }
+
+    fn apply_path(&self, path: &Path) {
+        let out = self.kubectl(&["apply", "-f", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn patch(&self, args: &[&str], patch: &str) {
+        let mut all = vec!["patch"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--type", "merge", "-p", patch]);
+        let out = self.kubectl(&all);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Stop the kubelet and the manager; the API server must not have refused the manager
+    /// anything (the chart's RBAC covers every request), and the manager must exit cleanly.
+    async fn stop(mut self) {
+        if let Some(kubelet) = self.kubelet.take() {
+            kubelet.stop().await;
+        }
+        crate::cli::signal(&self.manager, "TERM");
+        let status = self.manager.wait().unwrap();
+        let log = std::fs::read_to_string(self.dir.path().join("manager.log")).unwrap();
+        assert!(status.success(), "manager exited with {status}; log:\n{log}");
+        let refused = refused_requests(&var("CAPLV_CP_AUDIT_LOG"), MANAGER_USER);
+        assert!(
+            refused.is_empty(),
+            "the API server refused the manager (the chart's RBAC lacks a rule): {refused:#?}"
+        );
+    }
+}
+
+/// `verb resource (namespace/name)` of each request by `user` the audit log records as 403.
+fn refused_requests(audit_log: &str, user: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(audit_log).unwrap();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| e["user"]["username"] == user && e["responseStatus"]["code"] == 403)
+        .map(|e| {
+            let r = &e["objectRef"];
+            format!(
+                "{} {}.{}/{} ({}/{})",
+                e["verb"].as_str().unwrap_or(""),
+                r["resource"].as_str().unwrap_or(""),
+                r["apiGroup"].as_str().unwrap_or(""),
+                r["subresource"].as_str().unwrap_or(""),
+                r["namespace"].as_str().unwrap_or(""),
+                r["name"].as_str().unwrap_or(""),
+            )
+        })
+        .collect()
+}
+
+/// The SSH key Secret a LibvirtHost names, holding the test account's private key.
+fn ssh_key_secret(name: &str) -> String {
+    let key = std::fs::read_to_string(var("CAPLV_SYS_CLIENT_KEY")).unwrap();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: default}}\nstringData:\n  ssh-privatekey: |\n{}",
+        indent(&key, 4)
+    )
+}
