@@ -3,9 +3,8 @@
 # and an sshd on 127.0.0.1 (scripts/libvirt-env.sh); kube-apiserver, etcd,
 # kube-controller-manager and Cluster API core on 127.0.0.1 (scripts/control-plane.sh), once for
 # each Cluster API contract (v1beta1: v1.10, as OpenShift 4.20 ships; v1beta2: the newest
-# release). On each, the chart's default install (manifests/install.yaml, Helm's render) is
-# applied, and the ignored system tests run with the manager as its own process under the chart's
-# ServiceAccount. Everything is torn down on exit, unless CAPLV_SYS_KEEP=1 keeps the last
+# release). On each, scripts/install-genuine.sh applies the chart's default install, and the
+# ignored system tests run with the manager as its own process under the chart's ServiceAccount. Everything is torn down on exit, unless CAPLV_SYS_KEEP=1 keeps the last
 # environment for a look at what failed (then: control-plane.sh down, libvirt-env.sh down).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,41 +36,6 @@ mkdir -p "$workdir/roundtrip-pool"
 CAPLV_TEST_LIBVIRT_URI=qemu:///system CAPLV_TEST_POOL_DIR="$workdir/roundtrip-pool" \
   cargo test --workspace --all-features --lib real_libvirt_storage_roundtrip -- --ignored
 
-# kubeconfig FILE TOKEN NAMESPACE: a kubeconfig for the genuine API server with a bearer token.
-kubeconfig() {
-  cat >"$1" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: genuine
-  cluster: {server: "$CAPLV_CP_API_URL", certificate-authority-data: $(base64 -w0 "$CAPLV_CP_CA_FILE")}
-users:
-- name: user
-  user: {token: "$2"}
-contexts:
-- name: user
-  context: {cluster: genuine, user: user, namespace: $3}
-current-context: user
-EOF
-}
-
-# What an OpenShift cluster has before the user arrives: the chart installed as a user installs
-# it, and the node-bootstrapper identity kubelets file their first CSR with.
-install_caplv() {
-  kubectl create namespace caplv-system >/dev/null
-  kubectl apply --server-side -f manifests/install.yaml >/dev/null
-  kubectl wait --for condition=established --timeout 60s -f manifests/crds/ >/dev/null
-  kubectl create namespace openshift-machine-config-operator >/dev/null
-  kubectl -n openshift-machine-config-operator create serviceaccount node-bootstrapper >/dev/null
-  kubectl create clusterrolebinding node-bootstrapper --clusterrole system:node-bootstrapper \
-    --serviceaccount openshift-machine-config-operator:node-bootstrapper >/dev/null
-  kubeconfig "$cpdir/manager.kubeconfig" "$(kubectl -n caplv-system create token caplv --duration 4h)" caplv-system
-  kubeconfig "$cpdir/bootstrap.kubeconfig" \
-    "$(kubectl -n openshift-machine-config-operator create token node-bootstrapper --duration 4h)" default
-  export CAPLV_SYS_MANAGER_KUBECONFIG="$cpdir/manager.kubeconfig"
-  export CAPLV_SYS_BOOTSTRAP_KUBECONFIG="$cpdir/bootstrap.kubeconfig"
-}
-
 cargo test --workspace --all-features --test manager --no-run
 for contract in $contracts; do
   echo "== system tests on the genuine control plane, Cluster API $contract"
@@ -82,7 +46,9 @@ for contract in $contracts; do
   set +a
   # The kubectl built with the API server, first on the PATH for the tests too.
   PATH="$(dirname "$CAPLV_CP_KUBECTL"):$PATH"
-  install_caplv
+  bash scripts/install-genuine.sh "$cpdir"
+  export CAPLV_SYS_MANAGER_KUBECONFIG="$cpdir/manager.kubeconfig"
+  export CAPLV_SYS_BOOTSTRAP_KUBECONFIG="$cpdir/bootstrap.kubeconfig"
   cargo test --workspace --all-features --test manager system:: -- --ignored --test-threads=1
   bash scripts/control-plane.sh down "$cpdir"
 done

@@ -211,6 +211,33 @@ pub struct SandboxArgs {
     /// Cluster API core version the simulator serves.
     #[arg(long, env = "CAPLV_SANDBOX_CAPI_VERSION", value_enum, default_value_t = CapiVersionArg::V1beta1)]
     pub capi_version: CapiVersionArg,
+    /// `memkube`: the in-memory API server and the Cluster API simulator, in this process.
+    /// `real`: a genuine kube-apiserver, kube-controller-manager and Cluster API core, already
+    /// running (`scripts/sandbox.sh --real` starts them), reached with the three kubeconfigs below.
+    #[arg(long, env = "CAPLV_SANDBOX_CONTROL_PLANE", value_enum, default_value_t = ControlPlaneMode::Memkube)]
+    pub control_plane: ControlPlaneMode,
+    /// With `--control-plane real`: an administrator's kubeconfig, which applies the seed.
+    #[arg(
+        long,
+        env = "CAPLV_SANDBOX_ADMIN_KUBECONFIG",
+        required_if_eq("control_plane", "real")
+    )]
+    pub admin_kubeconfig: Option<PathBuf>,
+    /// With `--control-plane real`: the manager's kubeconfig (the chart's ServiceAccount).
+    #[arg(
+        long,
+        env = "CAPLV_SANDBOX_MANAGER_KUBECONFIG",
+        required_if_eq("control_plane", "real")
+    )]
+    pub manager_kubeconfig: Option<PathBuf>,
+    /// With `--control-plane real`: the bootstrap identity the emulated kubelet files its first
+    /// CSR with.
+    #[arg(
+        long,
+        env = "CAPLV_SANDBOX_BOOTSTRAP_KUBECONFIG",
+        required_if_eq("control_plane", "real")
+    )]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
     /// Run the seed's story once, narrated: apply the seed's manifests (the ScheduledMachine
     /// always on), watch the worker boot and join, close its window, watch it go; exit 0 on
     /// success or non-zero naming the step that failed.
@@ -230,6 +257,15 @@ pub enum LibvirtMode {
     /// Private in-process libvirt test drivers; nothing is dialled.
     Test,
     /// Real hosts, as the manifests name them.
+    Real,
+}
+
+/// Where the sandbox's API server and Cluster API core come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ControlPlaneMode {
+    /// In-memory, in this process: seconds, no Go build.
+    Memkube,
+    /// Genuine components started outside the sandbox.
     Real,
 }
 

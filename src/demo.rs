@@ -15,7 +15,11 @@ use anyhow::Context as _;
 use chrono::Timelike;
 use serde_json::{Value, json};
 
-use crate::{cli::SandboxArgs, controllers::Family, sandbox::Sandbox};
+use crate::{
+    cli::{ControlPlaneMode, SandboxArgs},
+    controllers::Family,
+    sandbox::Sandbox,
+};
 
 const NS: &str = "default";
 const NAME: &str = "spot-worker-01";
@@ -24,6 +28,12 @@ const HOST: &str = "laptop";
 const WORKLOAD: &str = "web";
 /// Short enough to catch brief phases such as ShuttingDown.
 const POLL: Duration = Duration::from_millis(20);
+/// Each look at a genuine API server is a dozen requests: look less often there.
+const GENUINE_POLL: Duration = Duration::from_millis(250);
+
+const fn poll(sb: &Sandbox) -> Duration {
+    if sb.is_genuine() { GENUINE_POLL } else { POLL }
+}
 /// A breath after each completed step, so a person can follow along.
 const PACE: Duration = Duration::from_millis(400);
 
@@ -79,8 +89,8 @@ impl Narrator {
     }
 }
 
-fn get(sb: &Sandbox, api_version: &str, kind: &str, name: &str) -> Option<Value> {
-    sb.server.get_object(api_version, kind, NS, name)
+async fn get(sb: &Sandbox, api_version: &str, kind: &str, name: &str) -> Option<Value> {
+    sb.get_object(api_version, kind, NS, name).await
 }
 
 fn text(v: &Value, path: &str) -> String {
@@ -99,7 +109,7 @@ fn ready_reason(v: &Value) -> String {
 async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
     let mut f = BTreeMap::new();
     let infra = "infrastructure.cluster.x-k8s.io/v1alpha1";
-    if let Some(h) = get(sb, infra, "LibvirtHost", HOST) {
+    if let Some(h) = get(sb, infra, "LibvirtHost", HOST).await {
         let c = &h["status"]["capacity"];
         f.insert(
             format!("LibvirtHost {HOST}"),
@@ -113,10 +123,10 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
             ),
         );
     }
-    if let Some(c) = get(sb, infra, "LibvirtCluster", "spot") {
+    if let Some(c) = get(sb, infra, "LibvirtCluster", "spot").await {
         f.insert("LibvirtCluster spot".into(), ready_reason(&c));
     }
-    if let Some(sm) = get(sb, "5spot.finos.org/v1alpha1", "ScheduledMachine", NAME) {
+    if let Some(sm) = get(sb, "5spot.finos.org/v1alpha1", "ScheduledMachine", NAME).await {
         let phase = text(&sm, "/status/phase");
         f.insert(
             format!("ScheduledMachine {NAME}"),
@@ -127,7 +137,7 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
             },
         );
     }
-    if let Some(ic) = get(sb, "bootstrap.cluster.x-k8s.io/v1alpha1", "IgnitionConfig", NAME) {
+    if let Some(ic) = get(sb, "bootstrap.cluster.x-k8s.io/v1alpha1", "IgnitionConfig", NAME).await {
         let secret = text(&ic, "/status/dataSecretName");
         let state = if secret.is_empty() {
             "created".to_owned()
@@ -136,7 +146,7 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
         };
         f.insert(format!("IgnitionConfig {NAME}"), state);
     }
-    if let Some(lm) = get(sb, infra, "LibvirtMachine", NAME) {
+    if let Some(lm) = get(sb, infra, "LibvirtMachine", NAME).await {
         let state = text(&lm, "/status/domainState");
         f.insert(
             format!("LibvirtMachine {NAME}"),
@@ -147,7 +157,7 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
             },
         );
     }
-    if let Some(m) = get(sb, "cluster.x-k8s.io/v1beta1", "Machine", NAME) {
+    if let Some(m) = get(sb, "cluster.x-k8s.io/v1beta1", "Machine", NAME).await {
         let node = text(&m, "/status/nodeRef/name");
         let phase = text(&m, "/status/phase");
         f.insert(
@@ -162,8 +172,8 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
         );
     }
     for csr in sb
-        .server
-        .list_objects("certificates.k8s.io/v1", "CertificateSigningRequest", None)
+        .list_objects("certificates.k8s.io/v1", "CertificateSigningRequest")
+        .await
     {
         let approved = csr["status"]["conditions"]
             .as_array()
@@ -180,7 +190,7 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
             approved,
         );
     }
-    if let Some(n) = sb.server.get_object("v1", "Node", "", NAME) {
+    if let Some(n) = sb.get_object("v1", "Node", "", NAME).await {
         let worker = n.pointer("/metadata/labels/node-role.kubernetes.io~1worker").is_some();
         let cordoned = n.pointer("/spec/unschedulable") == Some(&Value::Bool(true));
         f.insert(
@@ -193,7 +203,7 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
             ),
         );
     }
-    if let Some(p) = get(sb, "v1", "Pod", WORKLOAD) {
+    if let Some(p) = get(sb, "v1", "Pod", WORKLOAD).await {
         f.insert(
             format!("Pod {WORKLOAD}"),
             format!("running on Node {}", text(&p, "/spec/nodeName")),
@@ -208,7 +218,7 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
 /// The domain's state as the host itself reports it.
 #[cfg(feature = "caplv")]
 async fn vm_state(sb: &Sandbox) -> Option<String> {
-    let client = sb.server.client();
+    let client = sb.client.clone();
     let host: crate::api::LibvirtHost = kube::Api::namespaced(client.clone(), NS).get(HOST).await.ok()?;
     let conn = sb.shared.hosts.get(&client, &sb.settings, &host).await.ok()?.ok()?;
     let hv = conn.hypervisor();
@@ -240,7 +250,7 @@ async fn step(
             // Keep narrating through the pause, so changes still print as they happen.
             let resume = Instant::now() + PACE;
             while Instant::now() < resume {
-                tokio::time::sleep(POLL).await;
+                tokio::time::sleep(poll(sb)).await;
                 n.update(facts(sb).await);
             }
             return Ok(());
@@ -248,7 +258,7 @@ async fn step(
         if Instant::now() > deadline {
             anyhow::bail!("demo step failed: {step} (not seen within {:?})", n.step_deadline);
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(poll(sb)).await;
     }
 }
 
@@ -300,12 +310,19 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
         seen: BTreeMap::new(),
         step_deadline: Duration::from_secs(args.demo_step_timeout_seconds),
     };
-    n.heading("Starting the sandbox: in-memory Kubernetes API server, Cluster API simulator, caplv-manager");
+    n.heading(match args.control_plane {
+        ControlPlaneMode::Memkube => {
+            "Starting the sandbox: in-memory Kubernetes API server, Cluster API simulator, caplv-manager"
+        }
+        ControlPlaneMode::Real => {
+            "Starting the sandbox on the genuine kube-apiserver and Cluster API core: caplv-manager and an emulated kubelet"
+        }
+    });
     let sb = Sandbox::start(&args).await?;
-    crate::sandbox::write_atomically(&args.kubeconfig_out, &memkube::kubeconfig_yaml(sb.addr))?;
+    crate::sandbox::write_atomically(&args.kubeconfig_out, &sb.kubeconfig())?;
     n.say(format!(
-        "ready: API server http://{}, kubeconfig {} (kubectl works while the demo runs)",
-        sb.addr,
+        "ready: API server {}, kubeconfig {} (kubectl works while the demo runs)",
+        sb.api_url(),
         args.kubeconfig_out.display()
     ));
     n.say("libvirt hosts are private test drivers shaped like the seed's laptop; nothing is dialled");
@@ -325,7 +342,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
 }
 
 async fn story(n: &mut Narrator, sb: &Sandbox) -> anyhow::Result<()> {
-    let client = sb.server.client();
+    let client = sb.client.clone();
     n.heading("Applying the seed's manifests (examples/seed/, the ScheduledMachine's window always open)");
     for (file, yaml) in SEED {
         let doc = if file.starts_with("05") {

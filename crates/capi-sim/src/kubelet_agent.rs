@@ -28,7 +28,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams, Preconditions,
 };
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -43,9 +42,21 @@ use crate::view::str_at;
 #[derive(Clone, Debug)]
 pub struct ApiAccess {
     /// `https://host:port` of the API server.
-    pub url: String,
-    /// PEM CA bundle that verifies its serving certificate.
-    pub ca_pem: String,
+    pub url: http::Uri,
+    /// DER certificates that verify its serving certificate.
+    pub root_certs: Vec<Vec<u8>>,
+}
+
+impl ApiAccess {
+    /// The server and trust roots of an existing client configuration (its credentials are not
+    /// used).
+    #[must_use]
+    pub fn of(config: &kube::Config) -> Self {
+        Self {
+            url: config.cluster_url.clone(),
+            root_certs: config.root_cert.clone().unwrap_or_default(),
+        }
+    }
 }
 
 /// Configuration of the agent; see the module docs.
@@ -216,7 +227,7 @@ async fn join(agent: &KubeletAgent, infra: &DynamicObject, node: &str, provider_
         &client_req.csr,
     )
     .await?;
-    let client = node_client(&agent.api, node, &cert, &client_req.key).await?;
+    let client = node_client(&agent.api, node, &cert, &client_req.key)?;
     register(&client, agent, infra, node, provider_id).await?;
     let addresses = infra
         .data
@@ -285,25 +296,13 @@ async fn request_certificate(
 }
 
 /// A client that authenticates with the node's own certificate.
-async fn node_client(api: &ApiAccess, node: &str, cert_pem: &str, key_pem: &str) -> Result<kube::Client> {
+fn node_client(api: &ApiAccess, node: &str, cert_pem: &str, key_pem: &str) -> Result<kube::Client> {
     use base64::Engine as _;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let kubeconfig = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "api", "cluster": {"server": api.url, "certificate-authority-data": b64(&api.ca_pem)}}],
-        "users": [{"name": node, "user": {"client-certificate-data": b64(cert_pem), "client-key-data": b64(key_pem)}}],
-        "contexts": [{"name": node, "context": {"cluster": "api", "user": node}}],
-        "current-context": node,
-    });
-    let invalid = |detail: String| Error::Invalid {
-        what: format!("kubeconfig of node {node}"),
-        detail,
-    };
-    let kubeconfig: Kubeconfig = serde_json::from_value(kubeconfig).map_err(|e| invalid(e.to_string()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| invalid(e.to_string()))?;
+    let mut config = kube::Config::new(api.url.clone());
+    config.root_cert = Some(api.root_certs.clone());
+    config.auth_info.client_certificate_data = Some(b64(cert_pem));
+    config.auth_info.client_key_data = Some(b64(key_pem).into());
     kube::Client::try_from(config).map_err(|e| Error::kube(format!("building the client of node {node}"), e))
 }
 

@@ -72,12 +72,11 @@ async fn wait(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-async fn client_from(path: &Path) -> kube::Client {
+async fn config_from(path: &Path) -> kube::Config {
     let kubeconfig = Kubeconfig::read_from(path).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
+        .unwrap()
 }
 
 /// The manager process and the emulated kubelet on the genuine control plane.
@@ -108,13 +107,12 @@ impl Genuine {
             .spawn()
             .unwrap();
         let admin = PathBuf::from(var("KUBECONFIG"));
+        let admin_config = config_from(&admin).await;
         let agent = KubeletAgent {
-            observer: client_from(&admin).await,
-            bootstrap: client_from(Path::new(&var("CAPLV_SYS_BOOTSTRAP_KUBECONFIG"))).await,
-            api: ApiAccess {
-                url: var("CAPLV_CP_API_URL"),
-                ca_pem: std::fs::read_to_string(var("CAPLV_CP_CA_FILE")).unwrap(),
-            },
+            observer: kube::Client::try_from(admin_config.clone()).unwrap(),
+            bootstrap: kube::Client::try_from(config_from(Path::new(&var("CAPLV_SYS_BOOTSTRAP_KUBECONFIG"))).await)
+                .unwrap(),
+            api: ApiAccess::of(&admin_config),
             infra: kube::api::ApiResource::erase::<caplv::api::libvirt_machine::LibvirtMachine>(&()),
             kubelet_version: var("CAPLV_CP_KUBERNETES_VERSION"),
         };

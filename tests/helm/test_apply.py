@@ -1,6 +1,8 @@
 """The rendered install applies to a Kubernetes API server: the chart's CRDs, then the
-templates, with the real `kubectl` against memkube (this repo's in-memory API server) on
-127.0.0.1."""
+templates, with the real `kubectl`. By default against memkube (this repo's in-memory API
+server) on 127.0.0.1; with $CAPLV_HELM_APPLY_KUBECONFIG against that server instead, which
+scripts/genuine-test.sh points at a fresh genuine kube-apiserver, so its OpenAPI schemas, CEL
+rules and admission judge every object."""
 
 from __future__ import annotations
 
@@ -34,6 +36,11 @@ def memkube_binary() -> pathlib.Path:
 def kubeconfig(tmp_path_factory):
     if shutil.which("kubectl") is None:
         pytest.fail("kubectl is not installed (scripts/test-helm.sh installs kubernetes-client)")
+    genuine = os.environ.get("CAPLV_HELM_APPLY_KUBECONFIG")
+    if genuine:
+        ok(kubectl(genuine, "get", "--raw", "/readyz"))
+        yield pathlib.Path(genuine)
+        return
     binary = memkube_binary()
     assert binary.is_file(), f"no memkube binary at {binary}"
     tmp = tmp_path_factory.mktemp("memkube")
