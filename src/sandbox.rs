@@ -75,6 +75,7 @@ impl Sandbox {
             }),
         };
         let mut config = ManagerConfig::from_args(&args.run, "default");
+        create_workload_service_account(&client, &config.settings).await?;
         config.probe = probe;
         config.leader = None;
         let hosts = match args.libvirt {
@@ -130,6 +131,37 @@ impl Sandbox {
         self.server.shutdown();
         manager.and(simulator)
     }
+}
+
+/// The ServiceAccount the chart creates for Cluster API core's kubeconfig, so SelfManagedControlPlanes
+/// can mint its token here too.
+async fn create_workload_service_account(
+    client: &kube::Client,
+    settings: &crate::controllers::Settings,
+) -> anyhow::Result<()> {
+    let namespace = settings
+        .workload_service_account_namespace
+        .as_deref()
+        .unwrap_or_else(|| client.default_namespace());
+    let api: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> = kube::Api::namespaced(client.clone(), namespace);
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": settings.workload_service_account},
+    });
+    api.patch(
+        &settings.workload_service_account,
+        &kube::api::PatchParams::apply("caplv-sandbox"),
+        &kube::api::Patch::Apply(body),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "cannot create the workload ServiceAccount {namespace}/{}",
+            settings.workload_service_account
+        )
+    })?;
+    Ok(())
 }
 
 /// Write `contents` to `path` atomically, so a script waiting for the file never reads half of it.
