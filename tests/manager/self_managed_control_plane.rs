@@ -93,7 +93,12 @@ async fn kubeconfig(env: &Env, name: &str) -> Option<serde_yaml::Value> {
 }
 
 fn token_of(kubeconfig: &serde_yaml::Value) -> String {
-    kubeconfig["users"][0]["user"]["token"].as_str().unwrap().to_owned()
+    token_in(kubeconfig).unwrap()
+}
+
+/// The token, if the value is a kubeconfig with one (a hand edit may have removed it).
+fn token_in(kubeconfig: &serde_yaml::Value) -> Option<String> {
+    kubeconfig["users"][0]["user"]["token"].as_str().map(str::to_owned)
 }
 
 /// Poll `find` until it returns something, failing the test with `what` after [`DEADLINE`].
@@ -113,7 +118,7 @@ async fn wait_new_token(env: &Env, previous: Option<&str>) -> String {
     wait_for("a kubeconfig Secret with a new token", || async {
         kubeconfig(env, KUBECONFIG)
             .await
-            .map(|k| token_of(&k))
+            .and_then(|k| token_in(&k))
             .filter(|t| Some(t.as_str()) != previous)
     })
     .await

@@ -358,18 +358,19 @@ async fn apply(obj: &SelfManagedControlPlane, ctx: &Context) -> Result<Action, E
             .map_err(Error::PatchStatus)?;
         events = super::condition_events(&current.conditions, &status.conditions);
     }
-    if minted && events.is_empty() {
-        if let Outcome::Maintained { secret, access, lease } = &outcome {
-            events.push((
-                EventType::Normal,
-                "KubeconfigRenewed".to_owned(),
-                format!(
-                    "Secret {secret:?}: new token for ServiceAccount {}, valid until {}",
-                    access.user,
-                    lease.expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-                ),
-            ));
-        }
+    if minted
+        && events.is_empty()
+        && let Outcome::Maintained { secret, access, lease } = &outcome
+    {
+        events.push((
+            EventType::Normal,
+            "KubeconfigRenewed".to_owned(),
+            format!(
+                "Secret {secret:?}: new token for ServiceAccount {}, valid until {}",
+                access.user,
+                lease.expires_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        ));
     }
     let reference: ObjectReference = obj.object_ref(&());
     for (type_, reason, note) in events {
@@ -387,6 +388,9 @@ async fn apply(obj: &SelfManagedControlPlane, ctx: &Context) -> Result<Action, E
 fn to_timestamp(t: DateTime<Utc>) -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::from_second(t.timestamp()).unwrap_or_default()
 }
+
+/// What a Cluster contributes to its control plane's kubeconfig: pause and endpoint.
+type ClusterInputs = (bool, Option<(String, i32)>);
 
 /// The control planes in `namespace` that belong to `cluster`.
 fn for_cluster(
@@ -434,7 +438,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     let by_infra = store.clone();
     let capi = ctx.capi;
     // Last seen (paused, endpoint) per Cluster: only a change of them concerns us.
-    let seen: Mutex<HashMap<(String, String), (bool, Option<(String, i32)>)>> = Mutex::default();
+    let seen: Mutex<HashMap<(String, String), ClusterInputs>> = Mutex::default();
     let controller = controller
         .watches(
             secrets,
