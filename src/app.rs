@@ -67,6 +67,10 @@ impl ManagerConfig {
                 domain_check_interval: Duration::from_secs(args.domain_check_interval_seconds),
                 max_concurrent_host_connects: usize::try_from(args.max_concurrent_host_connects).unwrap_or(usize::MAX),
                 csr_approval_window: Duration::from_secs(args.csr_approval_window_minutes * 60),
+                workload_service_account: args.workload_service_account.clone(),
+                workload_service_account_namespace: args.workload_service_account_namespace.clone(),
+                workload_token_lifetime: Duration::from_secs(args.workload_token_lifetime_minutes * 60),
+                api_server_ca: None,
             },
             leader,
             probe: Arc::new(TcpProbe {
@@ -119,21 +123,31 @@ impl Shared {
     }
 }
 
+/// A client for the cluster, with what the manager knows about trusting its API server.
+pub struct Connection {
+    /// The one Kubernetes client.
+    pub client: Client,
+    /// The CA certificates (PEM) the client trusts for the API server, from the kubeconfig's
+    /// `certificate-authority(-data)` or, in a pod, the service account's `ca.crt`.
+    pub api_server_ca: Option<String>,
+}
+
 /// Connect to the cluster from the kubeconfig or the in-cluster config, and check that the API
 /// server answers within `timeout`, so a wrong or missing cluster fails fast with a clear message.
 ///
 /// # Errors
 /// When no configuration is found or the API server does not answer.
-pub async fn connect(timeout: Duration) -> anyhow::Result<Client> {
+pub async fn connect(timeout: Duration) -> anyhow::Result<Connection> {
     let config = kube::Config::infer()
         .await
         .context("no Kubernetes configuration found: set KUBECONFIG, use ~/.kube/config, or run in a pod")?;
     let url = config.cluster_url.clone();
+    let api_server_ca = config.root_cert.as_deref().map(pem_bundle);
     let client = Client::try_from(config).context("invalid Kubernetes client configuration")?;
     match tokio::time::timeout(timeout, client.apiserver_version()).await {
         Ok(Ok(version)) => {
             tracing::info!(%url, version = version.git_version, "connected to the Kubernetes API server");
-            Ok(client)
+            Ok(Connection { client, api_server_ca })
         }
         Ok(Err(err)) => Err(anyhow::anyhow!(
             "cannot reach the Kubernetes API server at {url}: {err}"
@@ -142,6 +156,22 @@ pub async fn connect(timeout: Duration) -> anyhow::Result<Client> {
             "the Kubernetes API server at {url} did not answer within {timeout:?}"
         )),
     }
+}
+
+/// DER certificates as one PEM bundle, the form kubeconfigs carry (base64 in 64-column lines).
+pub(crate) fn pem_bundle(certificates: &[Vec<u8>]) -> String {
+    use base64::Engine as _;
+    let mut out = String::new();
+    for der in certificates {
+        let body = base64::engine::general_purpose::STANDARD.encode(der);
+        out.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in body.as_bytes().chunks(64) {
+            out.push_str(&String::from_utf8_lossy(line));
+            out.push('\n');
+        }
+        out.push_str("-----END CERTIFICATE-----\n");
+    }
+    out
 }
 
 /// Run the manager with `client` until `shutdown` is cancelled; in-flight reconciles finish first.
@@ -261,5 +291,16 @@ mod tests {
             ManagerConfig::from_args(&cli.run, "default").settings,
             Settings::default()
         );
+    }
+
+    #[test]
+    fn der_certificates_become_one_pem_bundle() {
+        let der = vec![vec![0xab; 100], vec![1, 2, 3]];
+        let pem = pem_bundle(&der);
+        assert_eq!(pem.matches("-----BEGIN CERTIFICATE-----\n").count(), 2);
+        let first = pem.lines().nth(1).unwrap();
+        assert_eq!(first.len(), 64, "64-column lines");
+        assert!(pem.ends_with("AQID\n-----END CERTIFICATE-----\n"), "{pem}");
+        assert_eq!(pem_bundle(&[]), "");
     }
 }

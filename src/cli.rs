@@ -137,6 +137,16 @@ pub struct RunArgs {
     /// CSR is approved (renewals and serving CSRs of a linked Node are approved at any time).
     #[arg(long, env = "CAPLV_CSR_APPROVAL_WINDOW_MINUTES", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=10080))]
     pub csr_approval_window_minutes: u64,
+    /// ServiceAccount whose bound tokens go into the `<cluster>-kubeconfig` Secrets that
+    /// SelfManagedControlPlanes maintain (what Cluster API core reaches the cluster with).
+    #[arg(long, env = "CAPLV_WORKLOAD_SERVICE_ACCOUNT", default_value = crate::controllers::DEFAULT_WORKLOAD_SERVICE_ACCOUNT)]
+    pub workload_service_account: String,
+    /// Namespace of that ServiceAccount (default: the client's namespace, in a pod its own).
+    #[arg(long, env = "CAPLV_WORKLOAD_SERVICE_ACCOUNT_NAMESPACE")]
+    pub workload_service_account_namespace: Option<String>,
+    /// Minutes a minted workload token is valid; a new one is minted when a third remains.
+    #[arg(long, env = "CAPLV_WORKLOAD_TOKEN_LIFETIME_MINUTES", default_value_t = 1440, value_parser = clap::value_parser!(u64).range(10..=525_600))]
+    pub workload_token_lifetime_minutes: u64,
     /// Seconds to wait for the Kubernetes API server at start-up before giving up.
     #[arg(long, env = "CAPLV_API_TIMEOUT_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub api_timeout_seconds: u64,
@@ -338,6 +348,9 @@ mod tests {
             "CAPLV_LEADER_ELECT",
             "CAPLV_WATCH_NAMESPACE",
             "CAPLV_LOG_FORMAT",
+            "CAPLV_WORKLOAD_SERVICE_ACCOUNT",
+            "CAPLV_WORKLOAD_SERVICE_ACCOUNT_NAMESPACE",
+            "CAPLV_WORKLOAD_TOKEN_LIFETIME_MINUTES",
         ] {
             assert!(help.contains(var), "{var} missing from help:\n{help}");
         }

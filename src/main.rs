@@ -72,7 +72,9 @@ fn schedule(args: &ScheduleArgs) -> ExitCode {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let client = app::connect(std::time::Duration::from_secs(args.api_timeout_seconds)).await?;
-    let config = app::ManagerConfig::from_args(&args, client.default_namespace());
+    let app::Connection { client, api_server_ca } =
+        app::connect(std::time::Duration::from_secs(args.api_timeout_seconds)).await?;
+    let mut config = app::ManagerConfig::from_args(&args, client.default_namespace());
+    config.settings.api_server_ca = api_server_ca;
     app::run(client, config, app::Shared::new()?, app::shutdown_on_signals()).await
 }

@@ -3,12 +3,13 @@
 //! per family, with each rule's reason as a comment) and for the integration tests, which check
 //! every request the manager made against these rules.
 //!
-//! No wildcards. Leader election's Lease rules are separate ([`LEADER_ELECTION`]): the chart
-//! grants them in the release namespace only.
+//! No wildcards. Leader election's Lease rules are separate ([`LEADER_ELECTION`]), and so is
+//! minting tokens for the workload ServiceAccount ([`WORKLOAD_ACCESS`]): the chart grants both in
+//! the release namespace only.
 
 use std::{fmt::Write as _, path::Path};
 
-use crate::controllers::Family;
+use crate::controllers::{DEFAULT_WORKLOAD_SERVICE_ACCOUNT, Family};
 
 /// One RBAC rule with the reason it exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +67,19 @@ pub const LEADER_ELECTION: &[Rule] = &[rule(
     "the leader-election Lease",
 )];
 
-/// The CAPLV family: LibvirtCluster, LibvirtHost, LibvirtMachine, CSR approver, Node linker.
+/// Minting tokens for the workload ServiceAccount (CAPLV family), granted in that
+/// ServiceAccount's namespace only. The chart substitutes its `workloadAccess.serviceAccountName`
+/// for the default name.
+pub const WORKLOAD_ACCESS: &[Rule] = &[Rule {
+    groups: &[""],
+    resources: &["serviceaccounts/token"],
+    resource_names: &[DEFAULT_WORKLOAD_SERVICE_ACCOUNT],
+    verbs: &["create"],
+    why: "mint the bound token of the <cluster>-kubeconfig Secrets, for this ServiceAccount only",
+}];
+
+/// The CAPLV family: LibvirtCluster, LibvirtHost, LibvirtMachine, SelfManagedControlPlane, CSR
+/// approver, Node linker.
 pub const CAPLV: &[Rule] = &[
     rule(
         &["infrastructure.cluster.x-k8s.io"],
@@ -85,10 +98,34 @@ pub const CAPLV: &[Rule] = &[
         "their status (server-side apply)",
     ),
     rule(
+        &["controlplane.cluster.x-k8s.io"],
+        &["selfmanagedcontrolplanes"],
+        &["get", "list", "watch", "patch"],
+        "SelfManagedControlPlanes: watch them, create one (server-side apply) for a Cluster without controlPlaneRef",
+    ),
+    rule(
+        &["controlplane.cluster.x-k8s.io"],
+        &["selfmanagedcontrolplanes/status"],
+        &["patch"],
+        "their status (server-side apply)",
+    ),
+    rule(
+        &["cluster.x-k8s.io"],
+        &["clusters"],
+        &["patch"],
+        "set spec.controlPlaneRef of a Cluster that has none (never replaced or removed)",
+    ),
+    rule(
         &[""],
         &["secrets"],
         READ,
-        "SSH keys of LibvirtHosts (watched for rotation) and Machines' bootstrap data",
+        "SSH keys of LibvirtHosts (watched for rotation), Machines' bootstrap data, <cluster>-kubeconfig Secrets",
+    ),
+    rule(
+        &[""],
+        &["secrets"],
+        &["patch"],
+        "write the <cluster>-kubeconfig Secret (server-side apply) of a SelfManagedControlPlane",
     ),
     rule(
         &[""],
@@ -199,9 +236,20 @@ pub fn rules(family: Family) -> &'static [Rule] {
     }
 }
 
-/// Whether `rules` allow `verb` on `resource` (`plural` or `plural.group`) and `subresource`.
+/// The rules granted only in one namespace that `family` needs, besides [`rules`].
 #[must_use]
-pub fn allows(rules: &[Rule], verb: &str, resource: &str, subresource: &str) -> bool {
+pub fn namespaced_rules(family: Family) -> &'static [Rule] {
+    match family {
+        Family::Caplv => WORKLOAD_ACCESS,
+        Family::Ignition | Family::Fivespot => &[],
+    }
+}
+
+/// Whether `rules` allow `verb` on `resource` (`plural` or `plural.group`), `subresource` and
+/// object `name` ("" for none). A rule with `resource_names` allows only requests naming one of
+/// them, as RBAC does (so never a list, a watch or a create of a new object).
+#[must_use]
+pub fn allows(rules: &[Rule], verb: &str, resource: &str, subresource: &str, name: &str) -> bool {
     let (plural, group) = resource.split_once('.').unwrap_or((resource, ""));
     let target = if subresource.is_empty() {
         plural.to_owned()
@@ -209,27 +257,28 @@ pub fn allows(rules: &[Rule], verb: &str, resource: &str, subresource: &str) -> 
         format!("{plural}/{subresource}")
     };
     rules.iter().any(|r| {
-        r.resource_names.is_empty()
+        (r.resource_names.is_empty() || (!name.is_empty() && r.resource_names.contains(&name)))
             && r.groups.contains(&group)
             && r.resources.contains(&target.as_str())
             && r.verbs.contains(&verb)
     })
 }
 
-/// The requests (verb, resource, subresource) that the rules of `families` (plus the common
-/// and leader-election rules) do not allow.
+/// The requests (verb, resource, subresource, name) that the rules of `families` (plus the
+/// common and leader-election rules) do not allow.
 #[must_use]
 pub fn uncovered<'a>(
     families: &[Family],
-    requests: impl IntoIterator<Item = &'a (String, String, String)>,
-) -> Vec<&'a (String, String, String)> {
+    requests: impl IntoIterator<Item = &'a (String, String, String, String)>,
+) -> Vec<&'a (String, String, String, String)> {
     let mut all: Vec<Rule> = COMMON.iter().chain(LEADER_ELECTION).copied().collect();
     for f in families {
         all.extend_from_slice(rules(*f));
+        all.extend_from_slice(namespaced_rules(*f));
     }
     requests
         .into_iter()
-        .filter(|(verb, resource, sub)| !allows(&all, verb, resource, sub))
+        .filter(|(verb, resource, sub, name)| !allows(&all, verb, resource, sub, name))
         .collect()
 }
 
@@ -263,6 +312,10 @@ pub fn files() -> Vec<(String, String)> {
         (
             "leader-election.yaml".to_owned(),
             format!("{header}{}", render(LEADER_ELECTION)),
+        ),
+        (
+            "workload-access.yaml".to_owned(),
+            format!("{header}{}", render(WORKLOAD_ACCESS)),
         ),
     ];
     for f in Family::ALL {
@@ -300,6 +353,7 @@ mod tests {
         for r in COMMON
             .iter()
             .chain(LEADER_ELECTION)
+            .chain(WORKLOAD_ACCESS)
             .chain(CAPLV)
             .chain(IGNITION)
             .chain(FIVESPOT)
@@ -311,7 +365,7 @@ mod tests {
 
     #[test]
     fn coverage_checks_group_resource_subresource_and_verb() {
-        let req = |v: &str, r: &str, s: &str| (v.to_owned(), r.to_owned(), s.to_owned());
+        let req = |v: &str, r: &str, s: &str| (v.to_owned(), r.to_owned(), s.to_owned(), "x".to_owned());
         let asked = [
             req("patch", "libvirtmachines.infrastructure.cluster.x-k8s.io", "status"),
             req("create", "pods", "eviction"),
@@ -321,6 +375,26 @@ mod tests {
         assert_eq!(missing, [&asked[2]]);
         let missing = uncovered(&[Family::Ignition], &asked);
         assert_eq!(missing.len(), 3);
+    }
+
+    #[test]
+    fn resource_names_restrict_a_rule_to_the_named_objects() {
+        let token = |name: &str| {
+            (
+                "create".to_owned(),
+                "serviceaccounts".to_owned(),
+                "token".to_owned(),
+                name.to_owned(),
+            )
+        };
+        let asked = [token(DEFAULT_WORKLOAD_SERVICE_ACCOUNT), token("default"), token("")];
+        let missing = uncovered(&[Family::Caplv], &asked);
+        assert_eq!(
+            missing,
+            [&asked[1], &asked[2]],
+            "only the workload ServiceAccount's tokens"
+        );
+        assert_eq!(uncovered(&[Family::Fivespot], &asked).len(), 3);
     }
 
     #[test]

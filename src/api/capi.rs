@@ -7,6 +7,8 @@
 use kube::{api::DynamicObject, core::ApiResource};
 use serde::{Deserialize, Serialize};
 
+use super::common::ApiEndpoint;
+
 /// API group of Cluster API core.
 pub const GROUP: &str = "cluster.x-k8s.io";
 
@@ -138,6 +140,12 @@ pub struct ClusterSpecV1beta1 {
     /// The InfraCluster.
     #[serde(default)]
     pub infrastructure_ref: Option<ObjectReferenceV1beta1>,
+    /// The control plane object.
+    #[serde(default)]
+    pub control_plane_ref: Option<ObjectReferenceV1beta1>,
+    /// Where the API server listens.
+    #[serde(default)]
+    pub control_plane_endpoint: Option<EndpointSpec>,
 }
 
 /// The parts of a v1beta2 `Cluster` spec the manager reads.
@@ -150,6 +158,12 @@ pub struct ClusterSpecV1beta2 {
     /// The InfraCluster.
     #[serde(default)]
     pub infrastructure_ref: Option<ObjectReferenceV1beta2>,
+    /// The control plane object.
+    #[serde(default)]
+    pub control_plane_ref: Option<ObjectReferenceV1beta2>,
+    /// Where the API server listens.
+    #[serde(default)]
+    pub control_plane_endpoint: Option<EndpointSpec>,
 }
 
 /// A Cluster as the manager sees it, whatever version it was read at.
@@ -161,6 +175,10 @@ pub struct ClusterView {
     pub paused: bool,
     /// The InfraCluster reference.
     pub infrastructure_ref: Option<ContractRef>,
+    /// The control plane reference, when set.
+    pub control_plane_ref: Option<ContractRef>,
+    /// The API server endpoint, when set (an empty host or a zero port counts as unset, as in core).
+    pub control_plane_endpoint: Option<ApiEndpoint>,
 }
 
 /// Why a CAPI object could not be decoded.
@@ -211,6 +229,8 @@ impl ClusterView {
                     name,
                     paused: spec.paused,
                     infrastructure_ref: spec.infrastructure_ref.map(Into::into),
+                    control_plane_ref: spec.control_plane_ref.map(Into::into),
+                    control_plane_endpoint: spec.control_plane_endpoint.and_then(EndpointSpec::into_set),
                 }
             }
             CapiVersion::V1beta2 => {
@@ -219,9 +239,56 @@ impl ClusterView {
                     name,
                     paused: spec.paused.unwrap_or(false),
                     infrastructure_ref: spec.infrastructure_ref.map(Into::into),
+                    control_plane_ref: spec.control_plane_ref.map(Into::into),
+                    control_plane_endpoint: spec.control_plane_endpoint.and_then(EndpointSpec::into_set),
                 }
             }
         })
+    }
+}
+
+/// A Cluster's `spec.controlPlaneEndpoint`; both fields are optional in v1beta2.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct EndpointSpec {
+    /// DNS name or IP address.
+    #[serde(default)]
+    pub host: String,
+    /// TCP port.
+    #[serde(default)]
+    pub port: i32,
+}
+
+impl EndpointSpec {
+    /// The endpoint, unless its host or port is missing: core treats that as no endpoint
+    /// (`APIEndpoint.IsValid`).
+    fn into_set(self) -> Option<ApiEndpoint> {
+        (!self.host.is_empty() && self.port != 0).then_some(ApiEndpoint {
+            host: self.host,
+            port: self.port,
+        })
+    }
+}
+
+/// The Cluster `spec.controlPlaneRef` value pointing at `kind` `name` of `group`/`version`, in the
+/// shape `capi` wants: v1beta1 an `ObjectReference` (with apiVersion and namespace), v1beta2 a
+/// `ContractVersionedObjectReference` (core finds the version through the CRD's contract label).
+#[must_use]
+pub fn control_plane_ref(
+    capi: CapiVersion,
+    group: &str,
+    version: &str,
+    kind: &str,
+    name: &str,
+    namespace: &str,
+) -> serde_json::Value {
+    match capi {
+        CapiVersion::V1beta1 => serde_json::json!({
+            "apiVersion": format!("{group}/{version}"),
+            "kind": kind,
+            "name": name,
+            "namespace": namespace,
+        }),
+        CapiVersion::V1beta2 => serde_json::json!({"apiGroup": group, "kind": kind, "name": name}),
     }
 }
 
@@ -410,6 +477,14 @@ mod tests {
         );
         let view = ClusterView::decode(&obj, CapiVersion::V1beta1).unwrap();
         assert!(!view.paused);
+        assert_eq!(view.control_plane_ref, None, "the seed sets no controlPlaneRef");
+        assert_eq!(
+            view.control_plane_endpoint,
+            Some(ApiEndpoint {
+                host: "api.spot.labdroid.net".into(),
+                port: 6443
+            })
+        );
         assert_eq!(
             view.infrastructure_ref,
             Some(ContractRef {
@@ -430,6 +505,38 @@ mod tests {
         let view = ClusterView::decode(&obj, CapiVersion::V1beta2).unwrap();
         assert!(view.paused);
         assert_eq!(view.infrastructure_ref.unwrap().kind, "LibvirtCluster");
+    }
+
+    #[test]
+    fn control_plane_refs_round_trip_in_both_shapes() {
+        for capi in [CapiVersion::V1beta1, CapiVersion::V1beta2] {
+            let reference = control_plane_ref(
+                capi,
+                "controlplane.cluster.x-k8s.io",
+                "v1alpha1",
+                "SelfManagedControlPlane",
+                "spot",
+                "default",
+            );
+            let obj = dynamic(
+                capi,
+                "Cluster",
+                serde_json::json!({"spec": {"controlPlaneRef": reference, "controlPlaneEndpoint": {"host": "", "port": 0}}}),
+            );
+            let view = ClusterView::decode(&obj, capi).unwrap();
+            assert_eq!(
+                view.control_plane_ref,
+                Some(ContractRef {
+                    group: "controlplane.cluster.x-k8s.io".into(),
+                    kind: "SelfManagedControlPlane".into(),
+                    name: "spot".into()
+                }),
+                "{capi:?}"
+            );
+            assert_eq!(view.control_plane_endpoint, None, "an empty endpoint is no endpoint");
+        }
+        let v1beta2 = control_plane_ref(CapiVersion::V1beta2, "g", "v1", "K", "n", "ns");
+        assert!(v1beta2.get("apiVersion").is_none() && v1beta2.get("namespace").is_none());
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub mod libvirt_machine;
     reason = "kube's printcolumn(...) repeats `type_` for every column"
 )]
 pub mod scheduled_machine;
+#[allow(
+    clippy::duplicated_attributes,
+    reason = "kube's printcolumn(...) repeats `type_` for every column"
+)]
+pub mod self_managed_control_plane;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -39,6 +44,7 @@ pub use libvirt_cluster::LibvirtCluster;
 pub use libvirt_host::LibvirtHost;
 pub use libvirt_machine::{LibvirtMachine, LibvirtMachineTemplate};
 pub use scheduled_machine::ScheduledMachine;
+pub use self_managed_control_plane::SelfManagedControlPlane;
 
 /// Label CAPI core puts on every object that belongs to a cluster.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
@@ -55,6 +61,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         LibvirtHost::crd(),
         LibvirtMachine::crd(),
         LibvirtMachineTemplate::crd(),
+        SelfManagedControlPlane::crd(),
         IgnitionConfig::crd(),
         IgnitionConfigTemplate::crd(),
         ScheduledMachine::crd(),

@@ -1,6 +1,7 @@
 //! The CAPLV family: LibvirtCluster, LibvirtHost and LibvirtMachine controllers, wired to share
-//! one connection per host and one view of what is committed on each host, plus the kubelet CSR
-//! approver and the Node linker for the machines' Nodes.
+//! one connection per host and one view of what is committed on each host, the
+//! SelfManagedControlPlane controller for the clusters they serve, plus the kubelet CSR approver
+//! and the Node linker for the machines' Nodes.
 
 use std::sync::Arc;
 
@@ -8,7 +9,10 @@ use kube::runtime::{controller::Controller, watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{Context, csr_approver, libvirt_cluster, libvirt_host, libvirt_machine, node_link, placement::Placement};
+use super::{
+    Context, csr_approver, libvirt_cluster, libvirt_host, libvirt_machine, node_link, placement::Placement,
+    self_managed_control_plane,
+};
 use crate::{api::libvirt_machine::LibvirtMachine, health::Readiness};
 
 /// Spawn the family's controllers; each task ends after `shutdown`.
@@ -35,6 +39,11 @@ pub fn spawn(ctx: &Arc<Context>, readiness: &Readiness, shutdown: &CancellationT
             ctx.clone(),
             machines,
             machine_deps,
+            readiness.clone(),
+            shutdown.clone(),
+        )),
+        tokio::spawn(self_managed_control_plane::run(
+            ctx.clone(),
             readiness.clone(),
             shutdown.clone(),
         )),

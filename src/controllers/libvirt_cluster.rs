@@ -1,6 +1,9 @@
 //! LibvirtCluster controller.
 //!
-//! `owner Cluster? → paused? → probe the control plane endpoint → status`. There is no
+//! `owner Cluster? → paused? → control plane linked → probe the control plane endpoint →
+//! status`. A Cluster without `spec.controlPlaneRef` gets a SelfManagedControlPlane and the
+//! reference to it ([`super::control_plane_link`]); one that has a reference is left as it is.
+//! There is no
 //! finalizer: a LibvirtCluster creates nothing outside Kubernetes, so deleting it needs no
 //! cleanup. `status.ready` and `status.initialization.provisioned` latch to true on the first
 //! successful probe, as the CAPI contract wants a one-time provisioning signal; the `Ready`
@@ -25,7 +28,7 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Context, apply_status, publish_event};
+use super::{Context, apply_status, control_plane_link, publish_event};
 use crate::{
     api::{
         PAUSED_ANNOTATION,
@@ -56,6 +59,9 @@ pub enum Error {
     /// The owner Cluster has an unexpected shape.
     #[error(transparent)]
     DecodeCluster(#[from] DecodeError),
+    /// Giving the Cluster its control plane failed.
+    #[error(transparent)]
+    LinkControlPlane(#[from] control_plane_link::Error),
     /// Writing status failed.
     #[error("cannot write status: {0}")]
     PatchStatus(#[source] kube::Error),
@@ -68,6 +74,7 @@ impl Error {
         match self {
             Self::GetCluster { .. } => "GetCluster",
             Self::DecodeCluster(_) => "DecodeCluster",
+            Self::LinkControlPlane(e) => e.reason(),
             Self::PatchStatus(_) => "PatchStatus",
         }
     }
@@ -76,6 +83,10 @@ impl Error {
 impl super::ReconcileError for Error {
     fn reason(&self) -> &'static str {
         Error::reason(self)
+    }
+
+    fn is_conflict(&self) -> bool {
+        matches!(self, Self::LinkControlPlane(e) if e.is_conflict())
     }
 }
 
@@ -214,18 +225,19 @@ fn owner_cluster(obj: &LibvirtCluster) -> Option<&OwnerReference> {
         .find(|r| r.kind == "Cluster" && r.api_version.split_once('/').is_some_and(|(g, _)| g == CAPI_GROUP))
 }
 
-async fn observe(obj: &LibvirtCluster, ctx: &Context) -> Result<Observation, Error> {
+/// The owner Cluster when it exists and is not paused, else what stopped the reconcile there.
+async fn owner(obj: &LibvirtCluster, ctx: &Context) -> Result<Result<DynamicObject, Observation>, Error> {
     let Some(owner) = owner_cluster(obj) else {
-        return Ok(Observation::NoOwner);
+        return Ok(Err(Observation::NoOwner));
     };
     let namespace = obj.namespace().unwrap_or_default();
     let clusters: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.cluster());
-    let cluster = match clusters.get_opt(&owner.name).await {
-        Ok(Some(c)) => ClusterView::decode(&c, ctx.capi)?,
+    let found = match clusters.get_opt(&owner.name).await {
+        Ok(Some(c)) => c,
         Ok(None) => {
-            return Ok(Observation::OwnerMissing {
+            return Ok(Err(Observation::OwnerMissing {
                 cluster: owner.name.clone(),
-            });
+            }));
         }
         Err(source) => {
             return Err(Error::GetCluster {
@@ -234,11 +246,17 @@ async fn observe(obj: &LibvirtCluster, ctx: &Context) -> Result<Observation, Err
             });
         }
     };
+    let cluster = ClusterView::decode(&found, ctx.capi)?;
     if cluster.paused || obj.annotations().contains_key(PAUSED_ANNOTATION) {
-        return Ok(Observation::Paused);
+        return Ok(Err(Observation::Paused));
     }
+    Ok(Ok(found))
+}
+
+/// Probe the endpoint of a LibvirtCluster whose owner Cluster is known and not paused.
+async fn observe(obj: &LibvirtCluster, ctx: &Context) -> Observation {
     let Some(endpoint) = &obj.spec.control_plane_endpoint else {
-        return Ok(Observation::NoEndpoint);
+        return Observation::NoEndpoint;
     };
     let port = u16::try_from(endpoint.port).unwrap_or(0);
     let result = ctx.probe.probe(&endpoint.host, port).await.map_err(|e| e.to_string());
@@ -246,10 +264,10 @@ async fn observe(obj: &LibvirtCluster, ctx: &Context) -> Result<Observation, Err
         .endpoint_probes
         .with_label_values(&[if result.is_ok() { "reachable" } else { "unreachable" }])
         .inc();
-    Ok(Observation::Probed {
+    Observation::Probed {
         endpoint: format!("{}:{}", endpoint.host, endpoint.port),
         result,
-    })
+    }
 }
 
 /// An Event for each change of the `Ready` or `Paused` condition status.
@@ -262,7 +280,13 @@ async fn reconcile(obj: Arc<LibvirtCluster>, ctx: Arc<Context>) -> Result<Action
 }
 
 async fn apply(obj: &LibvirtCluster, ctx: &Context) -> Result<Action, Error> {
-    let observation = observe(obj, ctx).await?;
+    let observation = match owner(obj, ctx).await? {
+        Ok(cluster) => {
+            control_plane_link::ensure(ctx, &cluster).await?;
+            observe(obj, ctx).await
+        }
+        Err(stopped) => stopped,
+    };
     let current = obj.status.clone().unwrap_or_default();
     let now = Time(Timestamp::now());
     let plan = plan(

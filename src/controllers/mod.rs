@@ -7,6 +7,8 @@ pub mod capi;
 #[cfg(feature = "caplv")]
 mod caplv;
 #[cfg(feature = "caplv")]
+pub mod control_plane_link;
+#[cfg(feature = "caplv")]
 pub mod csr_approver;
 #[cfg(feature = "caplv")]
 pub mod host_connections;
@@ -25,6 +27,8 @@ pub mod node_link;
 pub mod placement;
 #[cfg(feature = "fivespot")]
 pub mod scheduled_machine;
+#[cfg(feature = "caplv")]
+pub mod self_managed_control_plane;
 mod status;
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -50,7 +54,8 @@ pub use status::{apply_status, condition_events, publish_event};
 /// The controller families, each switchable at build time (Cargo feature) and at run time (`--controllers`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Family {
-    /// CAPLV infrastructure provider: LibvirtCluster, LibvirtHost, LibvirtMachine.
+    /// CAPLV infrastructure provider: LibvirtCluster, LibvirtHost, LibvirtMachine, and the
+    /// SelfManagedControlPlane of clusters that manage themselves.
     Caplv,
     /// Ignition bootstrap provider: IgnitionConfig.
     Ignition,
@@ -102,6 +107,7 @@ impl Family {
                 "libvirtcluster",
                 "libvirthost",
                 "libvirtmachine",
+                "selfmanagedcontrolplane",
                 "csrapprover",
                 "nodelink",
             ],
@@ -110,6 +116,9 @@ impl Family {
         }
     }
 }
+
+/// The ServiceAccount the chart creates for Cluster API core's access to the workload cluster.
+pub const DEFAULT_WORKLOAD_SERVICE_ACCOUNT: &str = "caplv-workload-access";
 
 /// Run-time settings the controllers share.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,6 +140,15 @@ pub struct Settings {
     pub max_concurrent_host_connects: usize,
     /// How long after provisioning a machine's kubelet bootstrap CSR is approved.
     pub csr_approval_window: Duration,
+    /// The ServiceAccount whose tokens the kubeconfig Secrets of SelfManagedControlPlanes carry.
+    pub workload_service_account: String,
+    /// Its namespace; `None` means the client's default namespace (in a pod, the manager's own).
+    pub workload_service_account_namespace: Option<String>,
+    /// Lifetime asked for those tokens; a new one is minted when a third of it remains.
+    pub workload_token_lifetime: Duration,
+    /// The CA bundle (PEM) the manager trusts for its API server, written into those
+    /// kubeconfigs. `None` when its client configuration names none (system roots apply).
+    pub api_server_ca: Option<String>,
 }
 
 impl Default for Settings {
@@ -145,6 +163,10 @@ impl Default for Settings {
             domain_check_interval: Duration::from_secs(60),
             max_concurrent_host_connects: 16,
             csr_approval_window: Duration::from_secs(120 * 60),
+            workload_service_account: DEFAULT_WORKLOAD_SERVICE_ACCOUNT.to_owned(),
+            workload_service_account_namespace: None,
+            workload_token_lifetime: Duration::from_secs(24 * 60 * 60),
+            api_server_ca: None,
         }
     }
 }

@@ -26,6 +26,8 @@ pub(super) struct Genuine {
     pub admin_kubeconfig: String,
     /// Where the API server is.
     pub api: ApiAccess,
+    /// The CA bundle the manager trusts the API server with (for the kubeconfigs it writes).
+    pub manager_ca: Option<String>,
     kubelet: AgentHandle,
 }
 
@@ -55,6 +57,7 @@ impl Genuine {
         let (manager_config, _) = load(args.manager_kubeconfig.as_deref(), "--manager-kubeconfig").await?;
         let (bootstrap_config, _) = load(args.bootstrap_kubeconfig.as_deref(), "--bootstrap-kubeconfig").await?;
         let api = ApiAccess::of(&admin_config);
+        let manager_ca = manager_config.root_cert.as_deref().map(crate::app::pem_bundle);
         let admin = client(admin_config, "--admin-kubeconfig")?;
         admin
             .apiserver_version()
@@ -77,6 +80,7 @@ impl Genuine {
             manager: client(manager_config, "--manager-kubeconfig")?,
             admin_kubeconfig,
             api,
+            manager_ca,
             kubelet,
         })
     }

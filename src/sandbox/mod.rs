@@ -51,7 +51,7 @@ enum Backend {
     },
     /// A genuine control plane started outside (`scripts/sandbox.sh --real`); only the kubelet
     /// is emulated, here.
-    Genuine(genuine::Genuine),
+    Genuine(Box<genuine::Genuine>),
 }
 
 impl Sandbox {
@@ -61,13 +61,14 @@ impl Sandbox {
     /// When the listen address cannot be bound, a CRD is refused, a kubeconfig of
     /// `--control-plane real` is unusable, or start-up times out.
     pub async fn start(args: &SandboxArgs) -> anyhow::Result<Self> {
-        let (client, manager_client, backend) = match args.control_plane {
+        let (client, manager_client, manager_ca, backend) = match args.control_plane {
             ControlPlaneMode::Memkube => {
                 let (server, addr, simulator) = start_memkube(args).await?;
                 let client = server.client();
                 (
                     client.clone(),
                     client,
+                    None,
                     Backend::Memkube {
                         server,
                         addr,
@@ -77,7 +78,13 @@ impl Sandbox {
             }
             ControlPlaneMode::Real => {
                 let real = genuine::Genuine::start(args).await?;
-                (real.admin.clone(), real.manager.clone(), Backend::Genuine(real))
+                let ca = real.manager_ca.clone();
+                (
+                    real.admin.clone(),
+                    real.manager.clone(),
+                    ca,
+                    Backend::Genuine(Box::new(real)),
+                )
             }
         };
         let probe: Arc<dyn EndpointProbe> = match args.libvirt {
@@ -87,6 +94,11 @@ impl Sandbox {
             }),
         };
         let mut config = ManagerConfig::from_args(&args.run, manager_client.default_namespace());
+        if matches!(backend, Backend::Memkube { .. }) {
+            // A genuine control plane has the chart's; memkube starts empty.
+            create_workload_service_account(&client, &config.settings).await?;
+        }
+        config.settings.api_server_ca = manager_ca;
         config.probe = probe;
         config.leader = None;
         let hosts = match args.libvirt {
@@ -203,6 +215,37 @@ impl Sandbox {
             }
         }
     }
+}
+
+/// The ServiceAccount the chart creates for Cluster API core's kubeconfig, so SelfManagedControlPlanes
+/// can mint its token here too.
+async fn create_workload_service_account(
+    client: &kube::Client,
+    settings: &crate::controllers::Settings,
+) -> anyhow::Result<()> {
+    let namespace = settings
+        .workload_service_account_namespace
+        .as_deref()
+        .unwrap_or_else(|| client.default_namespace());
+    let api: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> = kube::Api::namespaced(client.clone(), namespace);
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": settings.workload_service_account},
+    });
+    api.patch(
+        &settings.workload_service_account,
+        &kube::api::PatchParams::apply("caplv-sandbox"),
+        &kube::api::Patch::Apply(body),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "cannot create the workload ServiceAccount {namespace}/{}",
+            settings.workload_service_account
+        )
+    })?;
+    Ok(())
 }
 
 /// The in-memory API server with every CRD, serving on `args.listen`, and the CAPI simulator.

@@ -57,6 +57,22 @@ class Rendered:
         assert len(found) == 1, f"expected one {kind}, got {len(found)}"
         return found[0]
 
+    def named(self, kind: str, name: str) -> dict[str, Any]:
+        found = [o for o in self.of_kind(kind) if o["metadata"]["name"] == name]
+        assert len(found) == 1, f"expected one {kind} {name}, got {len(found)}"
+        return found[0]
+
+    def manager(self, kind: str) -> dict[str, Any]:
+        """The manager's own object of `kind` (ServiceAccount, ClusterRole, ...): the one named
+        after the release, the leader-election Role and RoleBinding for those kinds."""
+        names = {o["metadata"]["name"] for o in self.of_kind(kind)}
+        base = self.one("Deployment")["metadata"]["name"]
+        want = f"{base}-leader-election" if kind in ("Role", "RoleBinding") else base
+        if kind == "ServiceAccount":
+            want = self.one("Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+        assert want in names, f"no {kind} {want} among {sorted(names)}"
+        return self.named(kind, want)
+
     def text(self, template: str) -> str:
         return self.manifests[f"caplv/templates/{template}"]
 

@@ -126,15 +126,18 @@ def test_default_install_applies(kubeconfig, crds, render, tmp_path):
     found = names_by_kind(kubeconfig, "deployment,serviceaccount,clusterrole,clusterrolebinding",
                           NAMESPACE)
     for kind in ("Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
-        assert rendered.one(kind)["metadata"]["name"] in found.get(kind, set()), (kind, found)
+        for obj in rendered.of_kind(kind):
+            assert obj["metadata"]["name"] in found.get(kind, set()), (kind, found)
     found = names_by_kind(kubeconfig, "role,rolebinding,service", NAMESPACE)
     for kind in ("Role", "RoleBinding", "Service"):
-        assert rendered.one(kind)["metadata"]["name"] in found.get(kind, set()), (kind, found)
+        for obj in rendered.of_kind(kind):
+            assert obj["metadata"]["name"] in found.get(kind, set()), (kind, found)
 
     # What the server stored is what was rendered.
-    role = json.loads(ok(kubectl(kubeconfig, "get", "clusterrole",
-                                 rendered.one("ClusterRole")["metadata"]["name"], "-o", "json")))
-    assert role["rules"] == rendered.one("ClusterRole")["rules"]
+    for rendered_role in rendered.of_kind("ClusterRole"):
+        role = json.loads(ok(kubectl(kubeconfig, "get", "clusterrole",
+                                     rendered_role["metadata"]["name"], "-o", "json")))
+        assert role["rules"] == rendered_role["rules"]
     deploy = json.loads(ok(kubectl(kubeconfig, "get", "deployment", "-n", NAMESPACE,
                                    rendered.one("Deployment")["metadata"]["name"], "-o", "json")))
     assert deploy["spec"]["template"]["spec"]["containers"][0]["args"] == rendered.args

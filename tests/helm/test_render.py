@@ -60,7 +60,7 @@ def test_lint_is_clean(enabled):
 @pytest.mark.parametrize("enabled", ENABLED_SETS, ids=set_id)
 def test_cluster_role_is_common_plus_enabled_families(render, enabled):
     r = render(family_values(enabled))
-    role = r.one("ClusterRole")
+    role = r.manager("ClusterRole")
     expected = rbac_rules("common")
     for family in FAMILIES:  # the chart's fixed order
         if family in enabled:
@@ -96,7 +96,9 @@ def test_no_wildcard_in_any_rbac_rule(render, enabled):
                 for item in rule.get(field, []):
                     assert "*" not in item, f"{role['kind']} {field}: {item!r}"
     # and nothing else in the RBAC templates spells a wildcard either
-    for tpl in ("clusterrole.yaml", "leader-election-rbac.yaml"):
+    for tpl in ("clusterrole.yaml", "leader-election-rbac.yaml", "workload-access.yaml"):
+        if f"caplv/templates/{tpl}" not in r.manifests:
+            continue
         assert "*" not in r.text(tpl)
 
 
@@ -107,13 +109,13 @@ def test_all_controllers_disabled_fails_with_clear_message(chart):
 
 def test_cluster_role_binding_binds_the_service_account(render):
     r = render()
-    sa = r.one("ServiceAccount")
+    sa = r.manager("ServiceAccount")
     assert sa["metadata"]["namespace"] == NAMESPACE
-    crb = r.one("ClusterRoleBinding")
+    crb = r.manager("ClusterRoleBinding")
     assert crb["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
-        "name": r.one("ClusterRole")["metadata"]["name"],
+        "name": r.manager("ClusterRole")["metadata"]["name"],
     }
     assert crb["subjects"] == [
         {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}
@@ -124,10 +126,11 @@ def test_cluster_role_binding_binds_the_service_account(render):
 
 def test_existing_service_account(render):
     r = render({"serviceAccount": {"create": False, "name": "preexisting"}})
-    assert r.of_kind("ServiceAccount") == []
+    assert [o["metadata"]["name"] for o in r.of_kind("ServiceAccount")] == ["caplv-workload-access"]
     assert r.one("Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "preexisting"
-    assert r.one("ClusterRoleBinding")["subjects"][0]["name"] == "preexisting"
-    assert r.one("RoleBinding")["subjects"][0]["name"] == "preexisting"
+    assert r.named("ClusterRoleBinding", "caplv")["subjects"][0]["name"] == "preexisting"
+    assert r.manager("RoleBinding")["subjects"][0]["name"] == "preexisting"
+    assert r.named("RoleBinding", "caplv-workload-token")["subjects"][0]["name"] == "preexisting"
 
 
 # ---------------------------------------------------------------- leader election
@@ -135,12 +138,12 @@ def test_existing_service_account(render):
 
 def test_leader_election_enabled_by_default(render):
     r = render()
-    role = r.one("Role")
+    role = r.manager("Role")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert role["rules"] == rbac_rules("leader-election")
     for comment in rbac_comments("leader-election"):
         assert comment in r.text("leader-election-rbac.yaml")
-    rb = r.one("RoleBinding")
+    rb = r.manager("RoleBinding")
     assert rb["metadata"]["namespace"] == NAMESPACE
     assert rb["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -148,18 +151,19 @@ def test_leader_election_enabled_by_default(render):
         "name": role["metadata"]["name"],
     }
     assert rb["subjects"] == [
-        {"kind": "ServiceAccount", "name": r.one("ServiceAccount")["metadata"]["name"],
+        {"kind": "ServiceAccount", "name": r.manager("ServiceAccount")["metadata"]["name"],
          "namespace": NAMESPACE}
     ]
     assert "--leader-elect" in r.args
     assert f"--leader-election-namespace={NAMESPACE}" in r.args
     # the Lease rules stay out of the ClusterRole
-    assert not any("leases" in rule["resources"] for rule in r.one("ClusterRole")["rules"])
+    assert not any("leases" in rule["resources"] for rule in r.manager("ClusterRole")["rules"])
 
 
 def test_leader_election_disabled(render):
     r = render({"leaderElection": {"enabled": False}})
-    assert r.of_kind("Role") == [] and r.of_kind("RoleBinding") == []
+    for kind in ("Role", "RoleBinding"):
+        assert [o["metadata"]["name"] for o in r.of_kind(kind)] == ["caplv-workload-token"]
     assert not any(a.startswith("--leader-elect") for a in r.args)
     # without a Lease, a rollout must not run two managers side by side
     assert r.one("Deployment")["spec"]["strategy"] == {"type": "Recreate"}
@@ -240,6 +244,8 @@ def test_default_args_image_and_resources(render, chart):
         "--metrics-addr=0.0.0.0:8080",
         "--log-format=json",
         "--log-filter=info",
+        "--workload-service-account=caplv-workload-access",
+        f"--workload-service-account-namespace={NAMESPACE}",
         "--leader-elect",
         f"--leader-election-namespace={NAMESPACE}",
     ]
@@ -376,5 +382,79 @@ def test_standard_labels_on_every_object(render, chart):
 def test_names_follow_the_release(render):
     r = render(name="prod")
     assert r.one("Deployment")["metadata"]["name"] == "prod-caplv"
-    assert r.one("ClusterRole")["metadata"]["name"] == "prod-caplv"
+    assert r.manager("ClusterRole")["metadata"]["name"] == "prod-caplv"
+    assert r.named("ClusterRole", "prod-caplv-workload-access")
+    assert r.named("Role", "prod-caplv-workload-token")
     assert r.one("Deployment")["metadata"]["labels"]["app.kubernetes.io/instance"] == "prod"
+
+
+# ---------------------------------------------------------------- workload access (caplv)
+
+# What Cluster API core does on the workload cluster through the <cluster>-kubeconfig Secret.
+WORKLOAD_RULES = [
+    {"apiGroups": [""], "resources": ["nodes"],
+     "verbs": ["get", "list", "watch", "patch", "update", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    {"apiGroups": ["storage.k8s.io"], "resources": ["volumeattachments"], "verbs": ["list"]},
+    {"nonResourceURLs": ["/"], "verbs": ["get"]},
+]
+
+
+@pytest.mark.parametrize("enabled", ENABLED_SETS, ids=set_id)
+def test_workload_access_comes_with_the_caplv_family_only(render, enabled):
+    r = render(family_values(enabled))
+    names = {(o["kind"], o["metadata"]["name"]) for o in r.objects}
+    workload = {("ServiceAccount", "caplv-workload-access"),
+                ("ClusterRole", "caplv-workload-access"), ("ClusterRoleBinding", "caplv-workload-access"),
+                ("Role", "caplv-workload-token"), ("RoleBinding", "caplv-workload-token")}
+    if "caplv" in enabled:
+        assert workload <= names
+        assert "--workload-service-account=caplv-workload-access" in r.args
+    else:
+        assert not workload & names
+        assert not any(a.startswith("--workload-service-account") for a in r.args)
+
+
+def test_the_workload_service_account_gets_what_cluster_api_core_uses(render):
+    r = render()
+    sa = r.named("ServiceAccount", "caplv-workload-access")
+    assert sa["metadata"]["namespace"] == NAMESPACE
+    role = r.named("ClusterRole", "caplv-workload-access")
+    assert role["rules"] == WORKLOAD_RULES
+    text = r.text("workload-access.yaml")
+    for reason in ("providerID", "drain", "PodDisruptionBudgets", "health probe is GET /"):
+        assert reason in text, f"reason {reason!r} missing"
+    crb = r.named("ClusterRoleBinding", "caplv-workload-access")
+    assert crb["roleRef"]["name"] == "caplv-workload-access"
+    assert crb["subjects"] == [
+        {"kind": "ServiceAccount", "name": "caplv-workload-access", "namespace": NAMESPACE}
+    ]
+    # The manager may mint tokens for that ServiceAccount, in the release namespace, only.
+    token = r.named("Role", "caplv-workload-token")
+    assert token["metadata"]["namespace"] == NAMESPACE
+    assert token["rules"] == rbac_rules("workload-access")
+    assert token["rules"][0]["resourceNames"] == ["caplv-workload-access"]
+    for comment in rbac_comments("workload-access"):
+        assert comment in text
+    rb = r.named("RoleBinding", "caplv-workload-token")
+    assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                             "name": "caplv-workload-token"}
+    assert rb["subjects"][0]["name"] == r.manager("ServiceAccount")["metadata"]["name"]
+    assert f"--workload-service-account-namespace={NAMESPACE}" in r.args
+    # and never a token of any other ServiceAccount, nor Secrets beyond what the families need
+    for rule in r.manager("ClusterRole")["rules"]:
+        assert "serviceaccounts/token" not in rule["resources"]
+
+
+def test_a_custom_workload_service_account_name_reaches_every_place(render):
+    r = render({"workloadAccess": {"serviceAccountName": "capi-reader"}})
+    assert r.named("ServiceAccount", "capi-reader")
+    assert r.named("ClusterRoleBinding", "caplv-workload-access")["subjects"][0]["name"] == "capi-reader"
+    assert r.named("Role", "caplv-workload-token")["rules"][0]["resourceNames"] == ["capi-reader"]
+    assert "--workload-service-account=capi-reader" in r.args
+
+
+def test_the_workload_service_account_must_not_be_the_managers(chart):
+    with pytest.raises(helm.HelmRenderError, match="workloadAccess.serviceAccountName is \"caplv\""):
+        chart.render({"workloadAccess": {"serviceAccountName": "caplv"}}, name=RELEASE, namespace=NAMESPACE)

@@ -17,5 +17,6 @@ mod node_join;
 mod sandbox;
 mod scheduled_machine;
 mod scripts;
+mod self_managed_control_plane;
 mod support;
 mod system;

@@ -11,11 +11,14 @@ use crate::{
 async fn the_seed_applies_unchanged_and_the_seed_query_works() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("sandbox.kubeconfig");
+    // Debug logs go to a file (a pipe could fill up): the kubeconfig token must not be in them.
+    let log = dir.path().join("sandbox.log");
     let child = manager()
         .args(["sandbox", "--metrics-addr", "127.0.0.1:0", "--kubeconfig-out"])
         .arg(&kubeconfig)
+        .env("CAPLV_LOG", "debug")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     wait_until("sandbox writes its kubeconfig", || async { kubeconfig.exists() }).await;
@@ -57,6 +60,38 @@ async fn the_seed_applies_unchanged_and_the_seed_query_works() {
         out.stdout == b"true 16 31560"
     })
     .await;
+
+    // The seed's Cluster got its control plane and the kubeconfig Secret Cluster API core reads,
+    // carrying a token minted for the ServiceAccount the sandbox created.
+    let token = {
+        let value = || {
+            let out = kubectl(
+                &kubeconfig,
+                &["get", "secret", "spot-kubeconfig", "-o", "jsonpath={.data.value}"],
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        wait_until("spot-kubeconfig written", || async { !value().is_empty() }).await;
+        let value = value();
+        let yaml = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, value.trim()).unwrap();
+        let config: serde_yaml::Value = serde_yaml::from_slice(&yaml).unwrap();
+        assert_eq!(
+            config["clusters"][0]["cluster"]["server"],
+            "https://api.spot.labdroid.net:6443"
+        );
+        config["users"][0]["user"]["token"].as_str().unwrap().to_owned()
+    };
+    let out = kubectl(
+        &kubeconfig,
+        &[
+            "get",
+            "cluster",
+            "spot",
+            "-o",
+            "jsonpath={.spec.controlPlaneRef.kind}/{.spec.controlPlaneRef.name}",
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "SelfManagedControlPlane/spot");
 
     let query = "cluster,libvirtcluster,libvirthost,libvirtmachine,machine,ignitionconfig,scheduledmachine";
     let out = kubectl(&kubeconfig, &["get", query]);
@@ -200,7 +235,10 @@ async fn the_seed_applies_unchanged_and_the_seed_query_works() {
     let out = tokio::task::spawn_blocking(move || wait_with_deadline(child))
         .await
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let logs = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{logs}");
+    assert!(logs.contains("kubeconfig Secret written"), "debug logs were captured");
+    assert!(!logs.contains(&token), "the kubeconfig token is in the logs");
     assert!(!kubeconfig.exists(), "the kubeconfig of a stopped sandbox is removed");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -15,6 +15,11 @@ use tokio_util::sync::CancellationToken;
 /// The identity the manager's requests carry in these tests.
 pub const MANAGER_USER: &str = "caplv-manager";
 
+/// The CA bundle the manager is told it trusts for its API server (memkube serves plain HTTP,
+/// so nothing verifies it; the kubeconfig Secrets must carry it all the same).
+pub const TEST_CA_PEM: &str =
+    "-----BEGIN CERTIFICATE-----\nMIIBdGVzdC1jYS1mb3ItY2FwbHYtdGVzdHM=\n-----END CERTIFICATE-----\n";
+
 /// How long any awaited condition may take before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -36,6 +41,7 @@ pub fn fast_settings() -> Settings {
         error_requeue: Duration::from_millis(200),
         domain_check_interval: Duration::from_millis(500),
         max_concurrent_host_connects: 4,
+        api_server_ca: Some(TEST_CA_PEM.to_owned()),
         ..Settings::default()
     }
 }
@@ -59,6 +65,15 @@ impl Env {
         let client = server.client();
         server.install_crds(&caplv::api::crds()).unwrap();
         capi_sim::install(&client, versions).await.unwrap();
+        // What the chart creates: the ServiceAccount whose token the kubeconfig Secrets carry.
+        apply_yaml(
+            &client,
+            &format!(
+                "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {}, namespace: default}}\n",
+                caplv::controllers::DEFAULT_WORKLOAD_SERVICE_ACCOUNT
+            ),
+        )
+        .await;
         let clock = OffsetClock::default();
         let sim = Simulator::builder(client.clone())
             .versions(versions)

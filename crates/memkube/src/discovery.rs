@@ -82,6 +82,10 @@ pub fn resources(reg: &Registry, group: &str, version: &str) -> Option<Value> {
                     json!({"name": format!("{}/scale", i.plural), "singularName": "", "namespaced": i.namespaced,
                     "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]})
                 }
+                "token" => {
+                    json!({"name": format!("{}/token", i.plural), "singularName": "", "namespaced": i.namespaced,
+                    "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]})
+                }
                 "eviction" => {
                     json!({"name": format!("{}/eviction", i.plural), "singularName": "", "namespaced": i.namespaced,
                     "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]})

@@ -120,7 +120,7 @@ pub struct Hooks {
     /// Latency added before each request.
     pub latency: Option<Duration>,
     counts: BTreeMap<(String, String, String), u64>,
-    by_user: BTreeMap<String, std::collections::BTreeSet<(String, String, String)>>,
+    by_user: BTreeMap<String, std::collections::BTreeSet<(String, String, String, String)>>,
 }
 
 impl Hooks {
@@ -135,6 +135,7 @@ impl Hooks {
                 r.verb.clone(),
                 r.qualified(),
                 r.subresource.clone(),
+                r.name.clone(),
             ));
         }
         let i = self.faults.iter().position(|f| f.times > 0 && f.matches(r))?;
@@ -170,8 +171,9 @@ impl Hooks {
         self.counts.clone()
     }
 
-    /// The distinct (verb, `plural[.group]`, subresource) requests `user` made.
-    pub fn requests_by(&self, user: &str) -> std::collections::BTreeSet<(String, String, String)> {
+    /// The distinct (verb, `plural[.group]`, subresource, object name) requests `user` made
+    /// (subresource and name "" when none).
+    pub fn requests_by(&self, user: &str) -> std::collections::BTreeSet<(String, String, String, String)> {
         self.by_user.get(user).cloned().unwrap_or_default()
     }
 

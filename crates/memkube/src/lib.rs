@@ -54,6 +54,11 @@
 //!   `[?(@.k=="v")]`; built-ins show kubectl's usual columns;
 //!   `PartialObjectMetadata` responses for metadata-only clients; eviction with
 //!   PodDisruptionBudgets (429); CSR `approval`; `meta.k8s.io/v1 Status` errors.
+//! - TokenRequest (`POST serviceaccounts/{name}/token`, `authentication.k8s.io/v1`): 404 for
+//!   a missing ServiceAccount, `expirationSeconds` defaulted to 3600 and refused (422) below
+//!   10 minutes or above 2^32 s, empty `audiences` defaulted, `boundObjectRef` to a Pod, Secret
+//!   or Node checked for existence and uid; 201 with `status.token` and
+//!   `status.expirationTimestamp`.
 //! - Events: core `v1` and `events.k8s.io/v1` Events are one stored resource with two views
 //!   converted field by field (`note`/`message`, `regarding`/`involvedObject`,
 //!   `reportingController`/`reportingComponent`, `deprecatedSource`/`source`,
@@ -91,6 +96,8 @@
 //!   built-in defaults only apps/v1 `spec.replicas` is applied.
 //! - Unknown-field detection (`fieldValidation`) applies to custom resources only; built-in
 //!   kinds are stored as sent.
+//! - Minted tokens are random opaque strings, not JWTs, and nothing verifies them (there is no
+//!   authentication); `--service-account-max-token-expiration` is not modelled.
 //! - No authentication, authorization, admission webhooks, aggregated discovery or protobuf
 //!   (protobuf bodies get 415, protobuf-only Accept gets 406).
 
@@ -116,6 +123,7 @@ mod ssa;
 mod status;
 mod store;
 mod table;
+mod token;
 mod watch;
 
 pub use hooks::{Fault, RequestInfo};

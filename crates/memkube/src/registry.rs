@@ -24,7 +24,7 @@ pub struct ResourceInfo {
     pub short_names: Vec<String>,
     /// Categories for discovery.
     pub categories: Vec<String>,
-    /// Subresources: `status`, `approval`, `eviction`.
+    /// Subresources: `status`, `approval`, `eviction`, `scale`, `token`.
     pub subresources: Vec<String>,
     /// Defined by a CRD (JSON-only patches, schema validation).
     pub crd: bool,
@@ -154,7 +154,9 @@ impl Registry {
                 .subs(&["status", "eviction"])
                 .all(),
             b("", "v1", "events", "Event", true).short(&["ev"]),
-            b("", "v1", "serviceaccounts", "ServiceAccount", true).short(&["sa"]),
+            b("", "v1", "serviceaccounts", "ServiceAccount", true)
+                .short(&["sa"])
+                .subs(&["token"]),
             b("", "v1", "services", "Service", true)
                 .short(&["svc"])
                 .subs(&["status"])

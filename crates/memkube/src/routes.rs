@@ -1,5 +1,6 @@
 //! HTTP front end: parses Kubernetes API paths by hand (so any malformed path is a clean 404),
-//! decodes JSON or YAML bodies, and dispatches to discovery, CRUD, watch, table and eviction.
+//! decodes JSON or YAML bodies, and dispatches to discovery, CRUD, watch, table, eviction and
+//! TokenRequest.
 
 use crate::discovery;
 use crate::gc::DeleteOpts;
@@ -361,6 +362,10 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
             let body = decode(&ct, &bytes)?;
             if sub == Some("eviction") {
                 let out = shared.lock().evict(&info, &ns, &name, &body)?;
+                return Ok(json_resp(201, &out));
+            }
+            if sub == Some("token") {
+                let out = shared.lock().token_request(&info, &ns, &name, &body)?;
                 return Ok(json_resp(201, &out));
             }
             if rp.name.is_some() {

@@ -201,9 +201,10 @@ impl Server {
         self.shared.hooks().counts()
     }
 
-    /// The distinct (verb, `plural[.group]`, subresource) requests made by clients from
-    /// [`Server::client_as`]`(user)` (and anyone sending that `Impersonate-User`).
-    pub fn requests_by(&self, user: &str) -> std::collections::BTreeSet<(String, String, String)> {
+    /// The distinct (verb, `plural[.group]`, subresource, object name) requests made by clients
+    /// from [`Server::client_as`]`(user)` (and anyone sending that `Impersonate-User`); the name
+    /// lets RBAC checks honour `resourceNames`.
+    pub fn requests_by(&self, user: &str) -> std::collections::BTreeSet<(String, String, String, String)> {
         self.shared.hooks().requests_by(user)
     }
 

@@ -63,6 +63,9 @@ is enabled (the manager would have nothing to do, and the ClusterRole would be i
 {{/* Checks of value combinations the schema cannot express. */}}
 {{- define "caplv.validate" -}}
 {{- $_ := include "caplv.controllers" . -}}
+{{- if and .Values.controllers.caplv.enabled (eq .Values.workloadAccess.serviceAccountName (include "caplv.serviceAccountName" .)) -}}
+{{- fail (printf "caplv: workloadAccess.serviceAccountName is %q, the manager's own ServiceAccount: Cluster API core's kubeconfig would carry the manager's permissions; choose another name" .Values.workloadAccess.serviceAccountName) -}}
+{{- end -}}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) -}}
 {{- fail (printf "caplv: replicaCount is %d but leaderElection.enabled is false: replicas would reconcile the same objects concurrently; enable leader election or use 1 replica" (int .Values.replicaCount)) -}}
 {{- end -}}

@@ -791,3 +791,109 @@ async fn secret_string_data_is_folded_into_data() {
     assert_eq!(data["value"].0, b"{not json");
     assert_eq!(data["kept"].0, b"over", "stringData wins over data for the same key");
 }
+
+#[tokio::test]
+async fn token_requests_mint_tokens_for_existing_service_accounts_only() {
+    use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+    let (_s, client) = setup();
+    let sas: Api<ServiceAccount> = Api::default_namespaced(client.clone());
+    let request = |seconds: Option<i64>| TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: seconds,
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let err = api_err(
+        sas.create_token_request("ghost", &PostParams::default(), &request(None))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (err.code, err.message.as_str()),
+        (404, "serviceaccounts \"ghost\" not found")
+    );
+
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "robot"}})).unwrap();
+    sas.create(&PostParams::default(), &sa).await.unwrap();
+    let before = chrono::Utc::now();
+    let minted = sas
+        .create_token_request("robot", &PostParams::default(), &request(Some(86_400)))
+        .await
+        .unwrap();
+    let status = minted.status.unwrap();
+    let token = status.token.unwrap();
+    assert!(token.len() > 40, "an opaque token");
+    let lifetime = status.expiration_timestamp.unwrap().0.as_second() - before.timestamp();
+    assert!((86_399..=86_402).contains(&lifetime), "{lifetime}");
+    let spec = minted.spec.unwrap();
+    assert_eq!(spec.audiences.unwrap(), ["https://kubernetes.default.svc"]);
+    let again = sas
+        .create_token_request("robot", &PostParams::default(), &request(None))
+        .await
+        .unwrap();
+    assert_ne!(
+        again.status.unwrap().token.unwrap(),
+        token,
+        "every request mints a new token"
+    );
+    assert_eq!(
+        again.spec.unwrap().expiration_seconds,
+        Some(3600),
+        "the server's default lifetime"
+    );
+
+    let err = api_err(
+        sas.create_token_request("robot", &PostParams::default(), &request(Some(599)))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 422);
+    assert!(err.message.contains("less than 10 minutes"), "{}", err.message);
+
+    // A token bound to an object needs the object, with its uid.
+    let mut bound = request(None);
+    bound.spec.as_mut().unwrap().bound_object_ref = Some(BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Secret".into()),
+        name: Some("holder".into()),
+        uid: None,
+    });
+    let err = api_err(
+        sas.create_token_request("robot", &PostParams::default(), &bound)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 404);
+    let secrets: Api<Secret> = Api::default_namespaced(client.clone());
+    let holder: Secret = serde_json::from_value(json!({"metadata": {"name": "holder"}})).unwrap();
+    let holder = secrets.create(&PostParams::default(), &holder).await.unwrap();
+    bound.spec.as_mut().unwrap().bound_object_ref.as_mut().unwrap().uid = holder.metadata.uid.clone();
+    sas.create_token_request("robot", &PostParams::default(), &bound)
+        .await
+        .unwrap();
+    bound.spec.as_mut().unwrap().bound_object_ref.as_mut().unwrap().uid = Some("other".into());
+    let err = api_err(
+        sas.create_token_request("robot", &PostParams::default(), &bound)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 409);
+
+    // Discovery lists the subresource as kubectl expects it.
+    let resources = client.list_core_api_resources("v1").await.unwrap();
+    let token = resources
+        .resources
+        .iter()
+        .find(|r| r.name == "serviceaccounts/token")
+        .unwrap();
+    assert_eq!(
+        (token.kind.as_str(), token.group.as_deref(), token.verbs.as_slice()),
+        (
+            "TokenRequest",
+            Some("authentication.k8s.io"),
+            &["create".to_owned()][..]
+        )
+    );
+}
