@@ -13,8 +13,9 @@
 # The API server writes an audit log (DIR/audit.log: user, verb, resource and response code of
 # every request). CAPLV_CAPI_VERSION=v1beta1 (Cluster API v1.10, as OpenShift 4.20 ships; the default) or v1beta2
 # (the newest Cluster API release) chooses the core. Ports: CAPLV_CP_PORT_BASE (default 26000)
-# + 443 API, +379/+380 etcd, +257 kube-controller-manager, +9443 CAPI webhooks, +9440 CAPI health,
-# +8443 CAPI diagnostics.
+# + 443 API, +379/+380 etcd, +257 kube-controller-manager, +1443 CAPI webhooks, +1440 CAPI health,
+# +1444 CAPI diagnostics; all below the kernel's ephemeral range (32768 and up), so no client
+# socket can take one between the check and the bind.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache="${CAPLV_CP_CACHE:-$HOME/.cache/caplv}"
@@ -230,7 +231,8 @@ cmd_up() {
   local base=${CAPLV_CP_PORT_BASE:-26000}
   api_port=$((base + 443))
   local etcd_port=$((base + 379)) peer_port=$((base + 380)) kcm_port=$((base + 257))
-  local hook_port=$((base + 9443)) health_port=$((base + 9440)) diag_port=$((base + 8443))
+  local hook_port=$((base + 1443)) health_port=$((base + 1440)) diag_port=$((base + 1444))
+  [ $((base + 1444)) -lt 32768 ] || die "CAPLV_CP_PORT_BASE=$base puts ports in the ephemeral range; use at most 31000"
   port_free $api_port kube-apiserver
   port_free $etcd_port etcd
   port_free $peer_port "etcd peer"

@@ -6,7 +6,9 @@ set -euo pipefail
 need_pkgs=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 # openssh-server: the SSH transport's tests run a private sshd on 127.0.0.1.
-for pkg in pkg-config libvirt-dev openssh-server; do
+# python3-yaml, curl, openssl, iproute2: scripts/control-plane.sh (Cluster API's manifests,
+# readiness probes, the PKI, port checks).
+for pkg in pkg-config libvirt-dev openssh-server python3-yaml curl openssl iproute2; do
   have_pkg "$pkg" || need_pkgs+=("$pkg")
 done
 command -v kubectl >/dev/null 2>&1 || need_pkgs+=(kubernetes-client)
@@ -20,3 +22,6 @@ if ((${#need_pkgs[@]})); then
 fi
 
 command -v cargo >/dev/null 2>&1 || { echo "setup: cargo is required (install Rust with rustup)" >&2; exit 1; }
+if [ "${CAPLV_SETUP_NEEDS_GO:-0}" = 1 ]; then
+  command -v go >/dev/null 2>&1 || { echo "setup: go is required to build the genuine control plane (scripts/control-plane.sh)" >&2; exit 1; }
+fi

@@ -2,7 +2,7 @@
 # Run every check and test of the project: formatting, lints, unit, integration and system tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup-debian.sh
+CAPLV_SETUP_NEEDS_GO=1 bash scripts/setup-debian.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -12,5 +12,9 @@ echo "== cargo test"
 cargo test --workspace --all-features
 echo "== Helm chart (Helm's own renderer, schema, RBAC, apply to memkube)"
 bash scripts/test-helm.sh
-echo "== system test (real libvirtd, QEMU, OVMF, sshd)"
+echo "== the genuine control plane (etcd, kube-apiserver, kube-controller-manager, Cluster API core)"
+bash scripts/control-plane.sh build
+echo "== differential suites and the chart's install on the genuine control plane"
+bash scripts/genuine-test.sh
+echo "== system test (real libvirtd, QEMU, OVMF, sshd; the genuine control plane, both Cluster API contracts)"
 bash scripts/system-test.sh

@@ -100,8 +100,8 @@ pub const CAPLV: &[Rule] = &[
     rule(
         &["controlplane.cluster.x-k8s.io"],
         &["selfmanagedcontrolplanes"],
-        &["get", "list", "watch", "patch"],
-        "SelfManagedControlPlanes: watch them, create one (server-side apply) for a Cluster without controlPlaneRef",
+        &["get", "list", "watch", "create", "patch"],
+        "SelfManagedControlPlanes: watch them, create one (server-side apply, which a real API server also authorizes as create) for a Cluster without controlPlaneRef",
     ),
     rule(
         &["controlplane.cluster.x-k8s.io"],
@@ -124,8 +124,8 @@ pub const CAPLV: &[Rule] = &[
     rule(
         &[""],
         &["secrets"],
-        &["patch"],
-        "write the <cluster>-kubeconfig Secret (server-side apply) of a SelfManagedControlPlane",
+        &["create", "patch"],
+        "write the <cluster>-kubeconfig Secret (server-side apply, authorized as create when it makes the Secret) of a SelfManagedControlPlane",
     ),
     rule(
         &[""],

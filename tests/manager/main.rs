@@ -8,6 +8,7 @@
 )]
 
 mod cli;
+mod control_plane_script;
 mod ignition_config;
 mod leader;
 mod libvirt_cluster;

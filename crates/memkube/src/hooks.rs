@@ -124,12 +124,9 @@ pub struct Hooks {
 }
 
 impl Hooks {
-    /// Count the request and consume a matching fault, if any.
-    pub fn on_request(&mut self, r: &RequestInfo) -> Option<ApiError> {
-        *self
-            .counts
-            .entry((r.verb.clone(), r.qualified(), r.subresource.clone()))
-            .or_default() += 1;
+    /// Remember that `r.user` needed authorization for `r` without counting a request: one
+    /// request can need two verbs (an apply that creates needs `create` as well as `patch`).
+    pub fn record_authorization(&mut self, r: &RequestInfo) {
         if !r.user.is_empty() {
             self.by_user.entry(r.user.clone()).or_default().insert((
                 r.verb.clone(),
@@ -138,6 +135,15 @@ impl Hooks {
                 r.name.clone(),
             ));
         }
+    }
+
+    /// Count the request and consume a matching fault, if any.
+    pub fn on_request(&mut self, r: &RequestInfo) -> Option<ApiError> {
+        *self
+            .counts
+            .entry((r.verb.clone(), r.qualified(), r.subresource.clone()))
+            .or_default() += 1;
+        self.record_authorization(r);
         let i = self.faults.iter().position(|f| f.times > 0 && f.matches(r))?;
         let f = &mut self.faults[i];
         f.times -= 1;

@@ -403,6 +403,14 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
             let existed = st.store.get(&info.store_key(), key_ns, &name).is_some();
             let out = st.patch(&info, &ns, &name, sub, pt, body, &opts)?;
             drop(st);
+            if !existed {
+                // A real API server authorizes an apply that creates the object as `create`
+                // too: record it, so RBAC checks on recorded requests ask for that verb.
+                shared.hooks().record_authorization(&RequestInfo {
+                    verb: "create".into(),
+                    ..ri.clone()
+                });
+            }
             Ok(with_warnings(json_resp(if existed { 200 } else { 201 }, &out), &opts))
         }
         "delete" => {

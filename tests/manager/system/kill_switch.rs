@@ -168,7 +168,8 @@ async fn a_scheduled_machine_boots_a_real_uefi_vm_and_the_kill_switch_leaves_not
         &["-n", NS, "scheduledmachine", "sys-worker"],
         r#"{"spec":{"killSwitch":true}}"#,
     );
-    for kind in ["machine", "libvirtmachine"] {
+    // Core deletes the Node too: the Cluster got a SelfManagedControlPlane and its kubeconfig.
+    for kind in ["machine", "libvirtmachine", "node"] {
         wait(&format!("{kind} sys-worker gone"), || {
             let out = env.kubectl(&["-n", NS, "get", kind, "-o", "name"]);
             out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("sys-worker")
