@@ -73,6 +73,7 @@ impl Genuine {
                 .await
                 .map(|v| v.git_version)
                 .unwrap_or_default(),
+            with_provider_id: true,
         }
         .spawn();
         Ok(Self {

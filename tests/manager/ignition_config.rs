@@ -14,7 +14,7 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::support::{DEADLINE, Env, apply_yaml, wait_until};
+use crate::support::{Env, apply_yaml, deadline, wait_until};
 
 /// A fake SSH key inside every config: it must never appear in status or Events.
 const SSH_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIgnitionConfigTestKeyMustStayInside";
@@ -67,7 +67,7 @@ async fn ready_condition(env: &Env, name: &str) -> Option<Condition> {
 
 /// Wait for `Ready` to reach `status`/`reason`; on timeout the failure shows the last condition.
 async fn wait_ready(env: &Env, name: &str, status: &str, reason: &str) -> Condition {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let deadline = tokio::time::Instant::now() + deadline();
     loop {
         let found = ready_condition(env, name).await;
         if let Some(c) = found.as_ref().filter(|c| c.status == status && c.reason == reason) {

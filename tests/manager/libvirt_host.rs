@@ -106,7 +106,7 @@ async fn libvirt_host_on_a_test_node_becomes_ready_with_capacity_and_stays_quiet
     // No status rewrite loop.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let patches = || {
-        env.server
+        env.server()
             .request_count("patch", "libvirthosts.infrastructure.cluster.x-k8s.io", "status")
     };
     let before = patches();

@@ -122,7 +122,7 @@ async fn ready_condition(env: &Env, name: &str) -> Option<Condition> {
 
 /// Wait until `name`'s Ready condition has `reason`; returns it.
 async fn wait_reason(env: &Env, name: &str, reason: &str) -> Condition {
-    let deadline = tokio::time::Instant::now() + crate::support::DEADLINE;
+    let deadline = tokio::time::Instant::now() + crate::support::deadline();
     loop {
         let last = ready_condition(env, name).await;
         if let Some(c) = last.as_ref().filter(|c| c.reason == reason) {

@@ -185,7 +185,7 @@ async fn node_unschedulable(env: &Env, node: &str) -> Option<bool> {
 }
 
 fn status_writes(env: &Env) -> u64 {
-    env.server
+    env.server()
         .request_count("patch", "scheduledmachines.5spot.finos.org", "status")
 }
 

@@ -20,7 +20,7 @@ use kube::{
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::support::{DEADLINE, Env, MANAGER_USER, TEST_CA_PEM, apply_yaml, wait_until};
+use crate::support::{Env, MANAGER_USER, TEST_CA_PEM, apply_yaml, deadline, wait_until};
 
 const SEED_CLUSTER: &str = include_str!("../../examples/seed/03-cluster.yaml");
 const SEED_SERVER: &str = "https://api.spot.labdroid.net:6443";
@@ -71,7 +71,7 @@ async fn ready(env: &Env, name: &str) -> Option<Condition> {
 
 /// Wait for the control plane's `Ready` to be `status`/`reason`; a timeout shows the last one.
 async fn wait_ready(env: &Env, name: &str, status: &str, reason: &str) -> Condition {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let deadline = tokio::time::Instant::now() + deadline();
     loop {
         let found = ready(env, name).await;
         if let Some(c) = found.as_ref().filter(|c| c.status == status && c.reason == reason) {
@@ -101,9 +101,9 @@ fn token_in(kubeconfig: &serde_yaml::Value) -> Option<String> {
     kubeconfig["users"][0]["user"]["token"].as_str().map(str::to_owned)
 }
 
-/// Poll `find` until it returns something, failing the test with `what` after [`DEADLINE`].
+/// Poll `find` until it returns something, failing the test with `what` after [`deadline`].
 async fn wait_for<T, Fut: std::future::Future<Output = Option<T>>>(what: &str, mut find: impl FnMut() -> Fut) -> T {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let deadline = tokio::time::Instant::now() + deadline();
     loop {
         if let Some(found) = find().await {
             return found;
@@ -324,7 +324,7 @@ async fn a_cluster_with_its_own_control_plane_is_left_untouched() {
     assert!(control_planes(&env).get_opt("own").await.unwrap().is_none());
     assert!(secrets(&env).get_opt("own-kubeconfig").await.unwrap().is_none());
     let cluster_writes: Vec<_> = env
-        .server
+        .server()
         .requests_by(MANAGER_USER)
         .into_iter()
         .filter(|(verb, resource, _, _)| verb == "patch" && resource == "clusters.cluster.x-k8s.io")
@@ -363,7 +363,7 @@ async fn an_edited_kubeconfig_is_restored_and_renewal_follows_the_clock() {
         .unwrap()
         .issued_at
         .unwrap();
-    let mints = env.server.request_count("create", "serviceaccounts", "token");
+    let mints = env.server().request_count("create", "serviceaccounts", "token");
     env.clock
         .set(chrono::Utc::now() + chrono::Duration::hours(15) + chrono::Duration::minutes(50));
     let reconciles = reconcile_count(&env);
@@ -373,7 +373,7 @@ async fn an_edited_kubeconfig_is_restored_and_renewal_follows_the_clock() {
     })
     .await;
     assert_eq!(
-        env.server.request_count("create", "serviceaccounts", "token"),
+        env.server().request_count("create", "serviceaccounts", "token"),
         mints,
         "not due yet: no new token"
     );
@@ -432,7 +432,7 @@ async fn a_user_provided_kubeconfig_is_never_overwritten() {
     let kept = secrets(&env).get(KUBECONFIG).await.unwrap();
     assert_eq!(kept.data.unwrap()["value"].0, theirs);
     assert!(kept.metadata.owner_references.unwrap_or_default().is_empty());
-    assert_eq!(env.server.request_count("create", "serviceaccounts", "token"), 0);
+    assert_eq!(env.server().request_count("create", "serviceaccounts", "token"), 0);
     assert!(
         control_planes(&env)
             .get("spot")
@@ -468,7 +468,7 @@ async fn without_an_endpoint_it_says_so_and_waits_for_one() {
     assert!(waiting.message.contains("controlPlaneEndpoint"), "{}", waiting.message);
     assert!(secrets(&env).get_opt(KUBECONFIG).await.unwrap().is_none());
     assert_eq!(
-        env.server.request_count("create", "serviceaccounts", "token"),
+        env.server().request_count("create", "serviceaccounts", "token"),
         0,
         "nothing is minted without a server to name"
     );

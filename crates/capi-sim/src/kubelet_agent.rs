@@ -71,6 +71,9 @@ pub struct KubeletAgent {
     pub infra: ApiResource,
     /// `status.nodeInfo.kubeletVersion` of the Nodes.
     pub kubelet_version: String,
+    /// Register the Node with `spec.providerID`, as a kubelet started with `--provider-id`
+    /// does; without it, the provider must set it.
+    pub with_provider_id: bool,
 }
 
 /// What the agent knows of one node.
@@ -228,7 +231,14 @@ async fn join(agent: &KubeletAgent, infra: &DynamicObject, node: &str, provider_
     )
     .await?;
     let client = node_client(&agent.api, node, &cert, &client_req.key)?;
-    register(&client, agent, infra, node, provider_id).await?;
+    register(
+        &client,
+        agent,
+        infra,
+        node,
+        agent.with_provider_id.then_some(provider_id),
+    )
+    .await?;
     let addresses = infra
         .data
         .get("status")
@@ -311,9 +321,10 @@ async fn register(
     agent: &KubeletAgent,
     infra: &DynamicObject,
     node: &str,
-    provider_id: &str,
+    provider_id: Option<&str>,
 ) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
+    let spec = provider_id.map_or_else(|| json!({}), |id| json!({"providerID": id}));
     let obj: Node = serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Node",
@@ -322,7 +333,7 @@ async fn register(
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
         }},
-        "spec": {"providerID": provider_id},
+        "spec": spec,
     }))
     .map_err(|e| Error::json("building Node", e))?;
     match nodes.create(&PostParams::default(), &obj).await {

@@ -115,6 +115,7 @@ impl Genuine {
             api: ApiAccess::of(&admin_config),
             infra: kube::api::ApiResource::erase::<caplv::api::libvirt_machine::LibvirtMachine>(&()),
             kubelet_version: var("CAPLV_CP_KUBERNETES_VERSION"),
+            with_provider_id: true,
         };
         Self {
             manager,

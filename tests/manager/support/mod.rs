@@ -1,4 +1,7 @@
-//! A manager running against memkube + capi-sim, and waiting helpers with deadlines.
+//! A manager running against memkube + capi-sim (or, with `CAPLV_TEST_CONTROL_PLANE=real`, a
+//! genuine control plane), and waiting helpers with deadlines.
+
+pub mod genuine;
 
 use std::{future::Future, sync::Arc, time::Duration};
 
@@ -20,18 +23,36 @@ pub const MANAGER_USER: &str = "caplv-manager";
 pub const TEST_CA_PEM: &str =
     "-----BEGIN CERTIFICATE-----\nMIIBdGVzdC1jYS1mb3ItY2FwbHYtdGVzdHM=\n-----END CERTIFICATE-----\n";
 
-/// How long any awaited condition may take before the test fails.
+/// How long any awaited condition may take before the test fails, on memkube.
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
-/// A running manager with its API server and CAPI simulator.
+/// How long any awaited condition may take: longer on a genuine control plane, whose Cluster API
+/// core retries its connection to the workload cluster every few seconds.
+pub fn deadline() -> Duration {
+    if genuine::selected() {
+        genuine::DEADLINE
+    } else {
+        DEADLINE
+    }
+}
+
+/// A running manager with its API server and CAPI core.
 pub struct Env {
-    pub server: memkube::Server,
     pub client: Client,
     pub shared: Shared,
     pub clock: OffsetClock,
     shutdown: CancellationToken,
     manager: tokio::task::JoinHandle<anyhow::Result<()>>,
-    sim: SimulatorHandle,
+    backend: Backend,
+}
+
+/// memkube and capi-sim in this process, or a genuine control plane (see [`genuine`]).
+enum Backend {
+    Memkube {
+        server: memkube::Server,
+        sim: SimulatorHandle,
+    },
+    Genuine(genuine::ControlPlane),
 }
 
 /// Settings that make periodic work quick in tests.
@@ -47,8 +68,8 @@ pub fn fast_settings() -> Settings {
 }
 
 impl Env {
-    /// Start memkube with every CRD, the simulator (CAPI v1beta1) and the manager (all
-    /// families, real TCP probe).
+    /// Start the API server with every CRD, CAPI core (v1beta1) and the manager (all families,
+    /// real TCP probe).
     pub async fn start() -> Self {
         Self::start_with(CapiVersions::V1beta1).await
     }
@@ -60,32 +81,27 @@ impl Env {
 
     /// Like [`Env::start`], with the given CAPI core version and emulated kubelet. The kubelet
     /// waits for its client CSR to be approved (by the manager) before registering its Node.
+    ///
+    /// With `CAPLV_TEST_CONTROL_PLANE=real` the API server and CAPI core are genuine ones,
+    /// started for this test alone ([`genuine`]).
     pub async fn start_custom(versions: CapiVersions, kubelet: capi_sim::KubeletMode) -> Self {
-        let server = memkube::Server::new();
-        let client = server.client();
-        server.install_crds(&caplv::api::crds()).unwrap();
-        capi_sim::install(&client, versions).await.unwrap();
-        // What the chart creates: the ServiceAccount whose token the kubeconfig Secrets carry.
-        apply_yaml(
-            &client,
-            &format!(
-                "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {}, namespace: default}}\n",
-                caplv::controllers::DEFAULT_WORKLOAD_SERVICE_ACCOUNT
-            ),
-        )
-        .await;
+        let mut settings = fast_settings();
+        let (client, manager_client, backend) = if genuine::selected() {
+            let cp = genuine::ControlPlane::start(versions, kubelet).await;
+            settings.api_server_ca = cp.manager_ca.clone();
+            (cp.admin.clone(), cp.manager.clone(), Backend::Genuine(cp))
+        } else {
+            let (server, sim) = start_memkube(versions, kubelet).await;
+            let client = server.client();
+            // The manager's requests are tagged so `stop` can check them against the RBAC rules.
+            let manager_client = server.client_as(MANAGER_USER);
+            (client, manager_client, Backend::Memkube { server, sim })
+        };
         let clock = OffsetClock::default();
-        let sim = Simulator::builder(client.clone())
-            .versions(versions)
-            .kubelet(kubelet)
-            .kubelet_waits_for_client_csr(true)
-            .drain_retry(Duration::from_millis(200))
-            .build()
-            .spawn();
         let config = ManagerConfig {
             families: Family::compiled(),
             metrics_addr: "127.0.0.1:0".parse().unwrap(),
-            settings: fast_settings(),
+            settings,
             leader: None,
             probe: Arc::new(TcpProbe {
                 timeout: Duration::from_secs(2),
@@ -94,21 +110,14 @@ impl Env {
         };
         let shared = Shared::new().unwrap();
         let shutdown = CancellationToken::new();
-        // The manager's requests are tagged so `stop` can check them against the RBAC rules.
-        let manager = tokio::spawn(app::run(
-            server.client_as(MANAGER_USER),
-            config,
-            shared.clone(),
-            shutdown.clone(),
-        ));
+        let manager = tokio::spawn(app::run(manager_client, config, shared.clone(), shutdown.clone()));
         let env = Self {
-            server,
             client,
             shared,
             clock,
             shutdown,
             manager,
-            sim,
+            backend,
         };
         let ready = env.shared.readiness.clone();
         wait_until("manager ready", || {
@@ -119,28 +128,71 @@ impl Env {
         env
     }
 
-    /// Stop everything; the manager must exit cleanly.
+    /// The in-memory API server, for tests that count or fail its requests; such a test does
+    /// not run on a genuine control plane.
+    pub fn server(&self) -> &memkube::Server {
+        match &self.backend {
+            Backend::Memkube { server, .. } => server,
+            Backend::Genuine(_) => panic!("this test needs memkube's request hooks; it runs on memkube only"),
+        }
+    }
+
+    /// Stop everything; the manager must exit cleanly and must not have made a request its
+    /// RBAC rules do not allow (memkube: checked against `src/rbac.rs`; genuine: no 403 in the
+    /// API server's audit log, under the chart's RBAC).
     pub async fn stop(self) {
-        let used = self.server.requests_by(MANAGER_USER);
-        let missing = caplv::rbac::uncovered(&Family::compiled(), &used);
-        assert!(
-            missing.is_empty(),
-            "the manager made requests its RBAC rules (src/rbac.rs) do not allow: {missing:?}"
-        );
+        if let Backend::Memkube { server, .. } = &self.backend {
+            let used = server.requests_by(MANAGER_USER);
+            let missing = caplv::rbac::uncovered(&Family::compiled(), &used);
+            assert!(
+                missing.is_empty(),
+                "the manager made requests its RBAC rules (src/rbac.rs) do not allow: {missing:?}"
+            );
+        }
         self.shutdown.cancel();
         self.manager.await.unwrap().unwrap();
-        self.sim.stop().await.unwrap();
-        self.server.shutdown();
+        match self.backend {
+            Backend::Memkube { server, sim } => {
+                sim.stop().await.unwrap();
+                server.shutdown();
+            }
+            Backend::Genuine(cp) => cp.stop().await,
+        }
     }
 }
 
-/// Poll `check` until it returns true, failing the test with `what` after [`DEADLINE`].
+/// memkube with every CRD and the chart's workload ServiceAccount, and the CAPI simulator.
+async fn start_memkube(versions: CapiVersions, kubelet: capi_sim::KubeletMode) -> (memkube::Server, SimulatorHandle) {
+    let server = memkube::Server::new();
+    let client = server.client();
+    server.install_crds(&caplv::api::crds()).unwrap();
+    capi_sim::install(&client, versions).await.unwrap();
+    // What the chart creates: the ServiceAccount whose token the kubeconfig Secrets carry.
+    apply_yaml(
+        &client,
+        &format!(
+            "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {}, namespace: default}}\n",
+            caplv::controllers::DEFAULT_WORKLOAD_SERVICE_ACCOUNT
+        ),
+    )
+    .await;
+    let sim = Simulator::builder(client)
+        .versions(versions)
+        .kubelet(kubelet)
+        .kubelet_waits_for_client_csr(true)
+        .drain_retry(Duration::from_millis(200))
+        .build()
+        .spawn();
+    (server, sim)
+}
+
+/// Poll `check` until it returns true, failing the test with `what` after [`deadline`].
 pub async fn wait_until<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let deadline = tokio::time::Instant::now() + deadline();
     loop {
         if check().await {
             return;

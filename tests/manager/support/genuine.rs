@@ -1,0 +1,164 @@
+//! The integration tests on a genuine control plane: with `CAPLV_TEST_CONTROL_PLANE=real`, each
+//! [`super::Env`] starts kube-apiserver, etcd, kube-controller-manager and Cluster API core of
+//! its own (`scripts/control-plane.sh`, about 10 s once built), installs the chart as a user
+//! does (`scripts/install-genuine.sh`), and runs the manager as the chart's ServiceAccount, so
+//! the real RBAC authorizer judges it; the kubelet is [`capi_sim::kubelet_agent`]. The control
+//! planes share fixed ports: run these tests one at a time (`--test-threads=1`), as
+//! `scripts/genuine-test.sh` does.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use capi_sim::{
+    CapiVersions, KubeletMode,
+    kubelet_agent::{AgentHandle, ApiAccess, KubeletAgent},
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// The identity the chart gives the manager.
+const MANAGER_USER: &str = "system:serviceaccount:caplv-system:caplv";
+
+/// How long an awaited condition may take on genuine components.
+pub const DEADLINE: Duration = Duration::from_secs(90);
+
+/// Whether the tests run on a genuine control plane.
+pub fn selected() -> bool {
+    std::env::var("CAPLV_TEST_CONTROL_PLANE").is_ok_and(|v| v == "real")
+}
+
+fn script(name: &str, args: &[&Path], env: &[(&str, &str)]) {
+    let out = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(name))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+async fn config_from(path: &Path) -> kube::Config {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap();
+    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap()
+}
+
+/// One test's genuine control plane, the chart installed, and the emulated kubelet.
+pub struct ControlPlane {
+    /// A cluster administrator (system:masters), with `default` as its namespace.
+    pub admin: kube::Client,
+    /// The chart's ServiceAccount.
+    pub manager: kube::Client,
+    /// The CA bundle the manager trusts the API server with.
+    pub manager_ca: Option<String>,
+    dir: PathBuf,
+    kubelet: Option<AgentHandle>,
+    _tmp: tempfile::TempDir,
+}
+
+impl ControlPlane {
+    /// Start everything for one test.
+    pub async fn start(versions: CapiVersions, kubelet: KubeletMode) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cp");
+        let contract = match versions {
+            CapiVersions::V1beta1 => "v1beta1",
+            _ => "v1beta2",
+        };
+        script(
+            "control-plane.sh",
+            &[Path::new("up"), &dir],
+            &[("CAPLV_CAPI_VERSION", contract)],
+        );
+        script("install-genuine.sh", &[&dir], &[]);
+        let admin_config = config_from(&dir.join("admin.kubeconfig")).await;
+        let manager_config = config_from(&dir.join("manager.kubeconfig")).await;
+        let manager_ca = manager_config.root_cert.as_deref().map(pem_bundle);
+        let admin = kube::Client::try_from(admin_config.clone()).unwrap();
+        let kubelet = (kubelet != KubeletMode::Off).then(|| {
+            KubeletAgent {
+                observer: admin.clone(),
+                bootstrap: futures::executor::block_on(config_from(&dir.join("bootstrap.kubeconfig")))
+                    .try_into()
+                    .unwrap(),
+                api: ApiAccess::of(&admin_config),
+                infra: kube::api::ApiResource::erase::<caplv::api::libvirt_machine::LibvirtMachine>(&()),
+                kubelet_version: "v1.33.0".into(),
+                with_provider_id: kubelet == KubeletMode::WithProviderId,
+            }
+            .spawn()
+        });
+        Self {
+            admin,
+            manager: kube::Client::try_from(manager_config).unwrap(),
+            manager_ca,
+            dir,
+            kubelet,
+            _tmp: tmp,
+        }
+    }
+
+    /// Stop the kubelet, check the API server refused the manager nothing, and stop the
+    /// control plane.
+    pub async fn stop(mut self) {
+        if let Some(kubelet) = self.kubelet.take() {
+            kubelet.stop().await;
+        }
+        let refused = refused(&self.dir.join("audit.log"));
+        script("control-plane.sh", &[Path::new("down"), &self.dir], &[]);
+        assert!(
+            refused.is_empty(),
+            "the API server refused the manager (the chart's RBAC lacks a rule): {refused:#?}"
+        );
+    }
+}
+
+/// `verb resource/subresource (namespace/name)` of each request of the manager the audit log
+/// records as refused (403).
+pub fn refused(audit_log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(audit_log).unwrap();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| e["user"]["username"] == MANAGER_USER && e["responseStatus"]["code"] == 403)
+        .map(|e| {
+            let r = &e["objectRef"];
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
+            format!(
+                "{} {}.{}/{} ({}/{})",
+                s(&e["verb"]),
+                s(&r["resource"]),
+                s(&r["apiGroup"]),
+                s(&r["subresource"]),
+                s(&r["namespace"]),
+                s(&r["name"]),
+            )
+        })
+        .collect()
+}
+
+/// DER certificates as one PEM bundle.
+fn pem_bundle(certs: &[Vec<u8>]) -> String {
+    use base64::Engine as _;
+    certs
+        .iter()
+        .map(|der| {
+            let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+            let lines: Vec<&str> = b64
+                .as_bytes()
+                .chunks(64)
+                .map(|c| std::str::from_utf8(c).unwrap())
+                .collect();
+            format!(
+                "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+                lines.join("\n")
+            )
+        })
+        .collect()
+}
