@@ -1,8 +1,9 @@
-//! What core's Cluster controller does for a provider: own and label the InfraCluster, mirror
-//! its readiness, copy the control-plane endpoint, and walk the Cluster's phases.
+//! What core's Cluster controller does for a provider: own and label the InfraCluster and the
+//! control plane object, mirror the InfraCluster's readiness, copy the control-plane
+//! endpoint, and walk the Cluster's phases.
 //!
 //! Not simulated: Cluster deletion (no `cluster.cluster.x-k8s.io` finalizer; garbage collection
-//! through the ownerRefs removes the InfraCluster), control-plane providers and topology.
+//! through the ownerRefs removes the InfraCluster), control-plane readiness and topology.
 
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
@@ -78,7 +79,7 @@ pub(crate) async fn reconcile(obj: &DynamicObject, ctx: &Ctx) -> Result<Action> 
                     false
                 }
                 Some(infra) => {
-                    let owner = owner_ref(obj, &ctx.cluster_ar, true);
+                    let owner = owner_ref(obj, &ctx.cluster_ar, cluster_controls(ctx));
                     let infra_api = ctx.resolver.api(&kind, &ns);
                     match ensure_owned(&infra_api, &infra, owner, &name).await? {
                         Ownership::OtherController(other) => {
@@ -122,6 +123,9 @@ pub(crate) async fn reconcile(obj: &DynamicObject, ctx: &Ctx) -> Result<Action> 
         }
     };
 
+    if let Some(r) = at(&spec, &["controlPlaneRef"]).and_then(ObjRef::parse) {
+        own_control_plane(obj, ctx, &r, &ns, &name).await?;
+    }
     let cp = ctx.cfg.control_plane_initialized;
     let phase = if infra_ready && spec_endpoint_valid {
         "Provisioned"
@@ -161,4 +165,23 @@ pub(crate) async fn reconcile(obj: &DynamicObject, ctx: &Ctx) -> Result<Action> 
     }
     patch_status(&api, obj, status).await?;
     Ok(Action::await_change())
+}
+
+/// Whether the Cluster's ownerRefs on its InfraCluster and control plane are controller refs
+/// (with blockOwnerDeletion): v1beta1 core (≤1.10) sets them, v1beta2 core (≥1.11) a plain
+/// ownerRef.
+fn cluster_controls(ctx: &Ctx) -> bool {
+    !ctx.cfg.versions.is_v1beta2()
+}
+
+/// Core owns the control plane object as it owns the InfraCluster (controller ownerRef and
+/// cluster-name label). Its readiness is not read: the simulated control plane is initialized
+/// as configured ([`crate::SimulatorBuilder::control_plane_initialized`]).
+async fn own_control_plane(obj: &DynamicObject, ctx: &Ctx, r: &ObjRef, ns: &str, name: &str) -> Result<()> {
+    let kind = ctx.resolve(r).await?;
+    if let Some(cp) = ctx.resolver.get(&kind, ns, &r.name).await? {
+        let owner = owner_ref(obj, &ctx.cluster_ar, cluster_controls(ctx));
+        ensure_owned(&ctx.resolver.api(&kind, ns), &cp, owner, name).await?;
+    }
+    Ok(())
 }

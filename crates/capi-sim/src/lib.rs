@@ -7,15 +7,19 @@
 //! # What is simulated
 //! - **CRDs** for `clusters.cluster.x-k8s.io` and `machines.cluster.x-k8s.io` in v1beta1
 //!   (CAPI ≤1.10, OpenShift 4.16–4.20), v1beta2 (CAPI ≥1.11) or both served ([`crds()`]).
-//! - **Cluster controller**: controller ownerRef + `cluster.x-k8s.io/cluster-name` label on the
-//!   InfraCluster, infrastructure readiness mirrored from `status.ready` /
+//! - **Cluster controller**: ownerRef + `cluster.x-k8s.io/cluster-name` label on the
+//!   InfraCluster and the control plane object (a controller ref with blockOwnerDeletion under
+//!   v1beta1, a plain ref under v1beta2, as core v1.10 and v1.14 do), infrastructure readiness mirrored from `status.ready` /
 //!   `status.initialization.provisioned`, `spec.controlPlaneEndpoint` copied when empty, the
 //!   control plane reported initialized (the sandbox models an existing, externally managed
 //!   control plane), phases Pending → Provisioning → Provisioned.
 //! - **Machine controller**: finalizer, cluster-name label, adoption of stand-alone Machines
 //!   by their Cluster, ownership of the bootstrap config and InfraMachine, `dataSecretName`,
 //!   `providerID`, addresses and failure domain copied once ready, `nodeRef` by exact
-//!   `providerID` match, label sync to the Node, phases, and the deletion sequence (pre-drain
+//!   `providerID` match, label sync to the Node and core's annotations on it
+//!   (`cluster.x-k8s.io/{cluster-name,cluster-namespace,machine,annotations-from-machine}`,
+//!   `owner-kind`/`owner-name` for a controlled Machine), readiness booleans written only
+//!   once true, phases, and the deletion sequence (pre-drain
 //!   hooks, cordon + drain with PDB-aware eviction retries and `nodeDrainTimeout`,
 //!   pre-terminate hooks, infra then bootstrap deletion, Node deletion, finalizer removal).
 //! - **Contract resolution** as core does it: ref kinds are looked up via discovery and the
@@ -26,9 +30,13 @@
 //!   and Cluster API core) use [`kubelet_agent::KubeletAgent`] instead: only the kubelet is
 //!   emulated there, with real certificates and the node's own identity.
 //!
+//! `tests/genuine_capi.rs` runs one Machine lifecycle against capi-sim and against genuine
+//! core (both contracts, `scripts/genuine-test.sh`) and compares these facts.
+//!
 //! # What is not simulated
 //! MachineSets, MachineDeployments, MachineHealthChecks, ClusterClass/topology, control-plane
-//! providers, Cluster deletion cascades (garbage collection by ownerRefs does that part),
+//! providers (their object is owned, its readiness not read), Cluster deletion cascades and
+//! the `cluster.cluster.x-k8s.io` finalizer (garbage collection by ownerRefs does that part),
 //! webhooks and defaulting, the `Failed` phase and `failureReason/Message` copying,
 //! `MachineDrainRule`s, waiting for volume detach, `nodeDeletionTimeout`, periodic kubelet
 //! heartbeats, and conversion between v1beta1 and v1beta2 (with both served, objects are

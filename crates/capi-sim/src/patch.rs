@@ -111,7 +111,9 @@ pub(crate) fn owner_ref(obj: &DynamicObject, ar: &ApiResource, controller: bool)
         name: obj.metadata.name.clone().unwrap_or_default(),
         uid: obj.metadata.uid.clone().unwrap_or_default(),
         controller: controller.then_some(true),
-        block_owner_deletion: Some(true),
+        // Core blocks owner deletion only through its controller references; adopting a
+        // stand-alone Machine into its Cluster sets neither.
+        block_owner_deletion: controller.then_some(true),
     }
 }
 

@@ -19,6 +19,9 @@ pub struct DeleteOpts {
     pub resource_version: Option<String>,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// The deprecated `orphanDependents: false`, the one case where the apiserver answers
+    /// 202 Accepted for an object that finalizers keep.
+    pub cascade_requested: bool,
 }
 
 const FOREGROUND: &str = "foregroundDeletion";
@@ -44,12 +47,12 @@ impl State {
         if let Some(u) = &opts.uid
             && u != meta::uid(&obj)
         {
-            return Err(ApiError::conflict_msg(
-                &info.plural,
+            return Err(ApiError::precondition(
+                &info.kind,
                 &info.group,
                 name,
                 &format!(
-                    "Precondition failed: UID in precondition: {u}, UID in object meta: {}",
+                    "the UID in the precondition ({u}) does not match the UID in record ({}). The object might have been deleted and then recreated",
                     meta::uid(&obj)
                 ),
             ));
@@ -57,12 +60,12 @@ impl State {
         if let Some(rv) = &opts.resource_version
             && rv != meta::resource_version(&obj)
         {
-            return Err(ApiError::conflict_msg(
-                &info.plural,
+            return Err(ApiError::precondition(
+                &info.kind,
                 &info.group,
                 name,
                 &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
                     meta::resource_version(&obj)
                 ),
             ));
@@ -153,6 +156,11 @@ impl State {
         if !m.contains_key("deletionTimestamp") {
             m.insert("deletionTimestamp".into(), json!(meta::now()));
             m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            // The apiserver bumps generation when it sets deletionTimestamp, so controllers
+            // comparing observedGeneration notice the deletion.
+            if let Some(g) = m.get("generation").and_then(Value::as_i64) {
+                m.insert("generation".into(), json!(g + 1));
+            }
         }
         Some(self.store.put(key, obj))
     }

@@ -18,6 +18,9 @@
 //! [`Server::wait_for`] and [`Server::install_crds`].
 //!
 //! ## Faithful
+//! `tests/differential` sends the same requests to memkube and to a genuine kube-apiserver
+//! (`scripts/genuine-test.sh`) and compares the answers field by field; what still differs is
+//! listed under *Simplified* and asserted there, so a change on either side shows up.
 //! - Discovery (`/version`, `/api`, `/apis`, group and resource lists with short names,
 //!   categories, verbs and subresources); no aggregated discovery. `/openapi/v3` answers 404
 //!   and `/openapi/v2` an empty protobuf document, so kubectl finds no client-side schema and
@@ -32,9 +35,15 @@
 //!   Creating in a missing namespace gives 404 for the namespace (lists there are empty);
 //!   namespaces terminate (content
 //!   deleted, 403 for new content, gone once empty).
-//! - Metadata: uid, one global resourceVersion (no bump on no-op writes), generation
-//!   (spec changes; any non-metadata change for kinds without `/status`), creationTimestamp,
-//!   generateName, managedFields with per-manager field ownership.
+//! - Metadata: uid, one global resourceVersion (no bump on no-op writes), generation for the
+//!   kinds that have one (custom resources, CRDs, workloads, PDBs, NetworkPolicies, Pods; not
+//!   ConfigMaps, Secrets, Nodes, ...): bumped on spec changes (any non-metadata change for
+//!   kinds without `/status`) and when deletionTimestamp is set; creationTimestamp,
+//!   generateName, empty labels/annotations/finalizers/ownerReferences dropped, Secrets
+//!   defaulted to `type: Opaque`, managedFields with per-manager field ownership in the
+//!   apiserver's order (operation, time, manager), `.` for maps an update created,
+//!   finalizers owned item by item (`v:"..."`), and no new time for an apply that changed
+//!   nothing.
 //! - 409 Conflict on a stale resourceVersion, 409 AlreadyExists, status subresource
 //!   separation (status dropped on create and ignored on main-resource writes).
 //! - Merge, JSON (test-of-absent-against-null passes, as client-go's server does) and
@@ -42,8 +51,21 @@
 //!   create if absent (201), field ownership, conflicts (409 `Apply failed with N conflict...`)
 //!   unless `force=true`, removal of fields the manager stopped applying.
 //! - Deletion: finalizers, deletionTimestamp, Background/Foreground/Orphan propagation,
-//!   ownerReference GC, preconditions, deletecollection, dryRun=All.
-//! - List: label/field selectors, limit/continue. Watch: replay from a resourceVersion, 410
+//!   ownerReference GC, preconditions (409 worded by Kind), deletecollection, dryRun=All;
+//!   DeleteOptions from the body, or from the query only when the body is empty; an immediate
+//!   delete answers `Status` Success (the object for pods, services, namespaces and the other
+//!   `ReturnDeletedObject` kinds), 200 unless `orphanDependents: false` meets finalizers (202).
+//! - Errors worded like the apiserver's: JSON-patch failures (422 with no detail), unknown
+//!   patch types (415), `error decoding patch`, truncated bodies, apply without
+//!   `fieldManager` (`PatchOptions`), apply conflicts (causes only, `using <version>` for
+//!   Update managers), an immutable uid, new finalizers on a deleting object, a
+//!   resourceVersion on create (500 without reason); Invalid messages name each distinct
+//!   cause once.
+//! - CSRs: the request must be a PEM `CERTIFICATE REQUEST`; `Approved`/`Denied` conditions
+//!   must be `True` and cannot be removed.
+//! - List: label/field selectors (field selectors checked per kind, with the apiserver's two
+//!   wordings; Events not checked), limit/continue (limit ignored with `resourceVersion=0`, as
+//!   the watch cache does), `resourceVersionMatch` validation. Watch: replay from a resourceVersion, 410
 //!   after compaction or when a watcher lags, bookmarks, `sendInitialEvents` streaming lists,
 //!   selector transitions (ADDED/DELETED), timeouts, DELETED with the final object.
 //! - Table output, also on watches (`kubectl get -w`): CRDs show Name plus their declared
@@ -99,11 +121,28 @@
 //! - Minted tokens are random opaque strings, not JWTs, and nothing verifies them (there is no
 //!   authentication); `--service-account-max-token-expiration` is not modelled.
 //! - No authentication, authorization, admission webhooks, aggregated discovery or protobuf
-//!   (protobuf bodies get 415, protobuf-only Accept gets 406).
+//!   (protobuf bodies get 415, protobuf-only Accept gets 406). So a CSR keeps the
+//!   `spec.username`/`groups` a client sends (an emulated kubelet can claim
+//!   `system:node:<name>`) and gets no `extra`; the apiserver stamps the caller's identity.
+//! - CSRs are never signed: `status.certificate` stays empty after approval (kube-controller-
+//!   manager signs on a real cluster; capi-sim's emulated kubelet writes a placeholder).
+//! - No history: a list with `resourceVersionMatch=Exact` of an old resourceVersion returns
+//!   the current objects (watches do replay from the event log).
+//! - Streaming lists (`sendInitialEvents`) are served as if the WatchList feature gate were
+//!   on; a 1.33 apiserver with default gates answers 422.
+//! - Orphan propagation orphans at once, and the DELETE answers like an immediate delete; the
+//!   apiserver first answers with the deleting owner carrying the `orphan` finalizer.
+//! - Applying an empty keyed list records the list itself as owned (memkube knows no list
+//!   types); the apiserver records nothing for it.
+//! - Texts that come from parsers or internals differ in detail while code and reason match:
+//!   YAML parse errors (serde_yaml's), continue tokens (memkube's own encoding), an
+//!   apiVersion/kind that does not match the URL, and the property named inside messages of
+//!   `/status` schema errors (`status.phase in body`, the apiserver says `phase in body`).
 
 pub mod schema;
 
 mod crd;
+mod csr;
 mod discovery;
 mod events;
 mod eviction;

@@ -56,7 +56,7 @@ pub(crate) fn strip_volatile(v: &Value) -> Value {
 }
 
 /// 409 for server-side apply conflicts, worded like the apiserver.
-pub(crate) fn apply_conflict(plural: &str, group: &str, name: &str, c: &[(String, String)]) -> ApiError {
+pub(crate) fn apply_conflict(c: &[(String, String)]) -> ApiError {
     let list: Vec<String> = c.iter().map(|(m, p)| format!("conflict with {m}: {p}")).collect();
     let n = c.len();
     let mut e = ApiError::new(
@@ -72,7 +72,8 @@ pub(crate) fn apply_conflict(plural: &str, group: &str, name: &str, c: &[(String
         .iter()
         .map(|(m, p)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with {m}"), "field": p}))
         .collect();
-    e.details = Some(json!({"name": name, "group": group, "kind": plural, "causes": causes}));
+    // The apiserver's apply conflicts carry only the causes, no name or kind.
+    e.details = Some(json!({"causes": causes}));
     e
 }
 

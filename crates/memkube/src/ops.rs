@@ -104,7 +104,8 @@ impl State {
     /// POST: create a new object.
     pub fn create(&mut self, info: &ResourceInfo, ns: &str, obj: Value, opts: &WriteOpts) -> ApiResult<Value> {
         if !meta::resource_version(&obj).is_empty() {
-            return Err(ApiError::bad_request(
+            // An unclassified error in the apiserver: 500 without a reason.
+            return Err(ApiError::internal(
                 "resourceVersion should not be set on objects to be created",
             ));
         }
@@ -203,7 +204,7 @@ impl State {
                     "metadata.name".into(),
                     "FieldValueInvalid".into(),
                     format!(
-                        "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+                        "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
                     ),
                 )],
             ));
@@ -223,7 +224,9 @@ impl State {
             }
             m.insert("uid".into(), json!(meta::new_uid()));
             m.insert("creationTimestamp".into(), json!(meta::now()));
-            m.insert("generation".into(), json!(1));
+            if info.has_generation() {
+                m.insert("generation".into(), json!(1));
+            }
         }
         if info.has_status() {
             match (info.group.as_str(), info.plural.as_str()) {
@@ -322,7 +325,7 @@ impl State {
                 return Err(ApiError::not_found(&info.plural, &info.group, name));
             }
             let fields = ssa::fieldset(&body);
-            check_type(info, &body)?;
+            check_apply_type(info, &body)?;
             if meta::name(&body) != name {
                 return Err(ApiError::bad_request(format!(
                     "the name of the object ({}) does not match the name on the URL ({name})",
@@ -338,16 +341,9 @@ impl State {
         match ptype {
             PatchType::Merge => patch::merge(&mut target, &body),
             PatchType::Strategic => patch::strategic(&mut target, &body),
-            PatchType::Json => patch::json_patch(&mut target, &body).map_err(|e| match e {
-                patch::JsonPatchError::Decode(m) => ApiError::bad_request(m),
-                patch::JsonPatchError::Apply(m) => ApiError::new(
-                    422,
-                    "Invalid",
-                    format!("the server rejected our request due to an error in our request: {m}"),
-                ),
-            })?,
+            PatchType::Json => patch::json_patch(&mut target, &body).map_err(|_| ApiError::patch_rejected())?,
             PatchType::Apply => {
-                check_type(info, &body)?;
+                check_apply_type(info, &body)?;
                 let rv = meta::resource_version(&body);
                 if !rv.is_empty() && rv != meta::resource_version(&old) {
                     return Err(ApiError::conflict(&info.plural, &info.group, name));
@@ -357,7 +353,7 @@ impl State {
                 if !opts.force {
                     let c = ssa::conflicts(&old, &body, &opts.manager);
                     if !c.is_empty() {
-                        return Err(apply_conflict(&info.plural, &info.group, name, &c));
+                        return Err(apply_conflict(&c));
                     }
                 }
                 let entries = old
@@ -387,6 +383,21 @@ impl State {
         if !target.is_object() {
             return Err(ApiError::bad_request("the patch turned the object into a non-object"));
         }
+        let (new_uid, old_uid) = (meta::uid(&target), meta::uid(&old));
+        if !new_uid.is_empty() && new_uid != old_uid {
+            // The apiserver validates metadata twice on patches and reports the cause twice.
+            let cause = (
+                "metadata.uid".to_string(),
+                "FieldValueInvalid".to_string(),
+                format!("metadata.uid: Invalid value: \"{new_uid}\": field is immutable"),
+            );
+            return Err(ApiError::invalid(
+                &info.kind,
+                &info.group,
+                name,
+                &[cause.clone(), cause],
+            ));
+        }
         if sub.is_some() {
             let new = merge_for_update(info, &old, target, sub);
             return self.finish(info, Some(&old), new, opts, op, sub, fields);
@@ -412,8 +423,12 @@ impl State {
         fields: Value,
     ) -> ApiResult<Value> {
         let name = meta::name(&new).to_string();
+        drop_empty_metadata(&mut new);
         builtin_defaults(info, &mut new);
         self.schema_check(info, &mut new, old, opts)?;
+        if crate::csr::is_csr(info) {
+            crate::csr::validate(info, old, &new)?;
+        }
         let is_crd = info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions";
         let crd_infos = if is_crd {
             Some(crd::prepare(&mut new, old.is_none())?)
@@ -423,13 +438,25 @@ impl State {
         if let Some(old) = old {
             if meta::is_deleting(old) {
                 let of = meta::finalizers(old);
-                if meta::finalizers(&new).iter().any(|f| !of.contains(f)) {
-                    return Err(ApiError::forbidden_field(
+                let added: Vec<String> = meta::finalizers(&new).into_iter().filter(|f| !of.contains(f)).collect();
+                if !added.is_empty() {
+                    // Go's %#v of the []string, and (as the apiserver validates metadata twice
+                    // on updates) the cause twice.
+                    let quoted: Vec<String> = added.iter().map(|f| format!("{:?}", f)).collect();
+                    let msg = format!(
+                        "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                        quoted.join(", ")
+                    );
+                    let cause = (
+                        "metadata.finalizers".to_string(),
+                        "FieldValueForbidden".to_string(),
+                        msg,
+                    );
+                    return Err(ApiError::invalid(
                         &info.kind,
                         &info.group,
                         &name,
-                        "metadata.finalizers",
-                        "no new finalizers can be added if the object is being deleted",
+                        &[cause.clone(), cause],
                     ));
                 }
             }
@@ -452,12 +479,14 @@ impl State {
                     return Ok(label(info, old.clone()));
                 }
             }
-            let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
-            let bump = content(old, info.has_status()) != content(&new, info.has_status());
-            meta_mut(&mut new).insert(
-                "generation".into(),
-                json!(if bump { generation + 1 } else { generation }),
-            );
+            if info.has_generation() {
+                let generation = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+                let bump = content(old, info.has_status()) != content(&new, info.has_status());
+                meta_mut(&mut new).insert(
+                    "generation".into(),
+                    json!(if bump { generation + 1 } else { generation }),
+                );
+            }
         }
         ssa::record(old, &mut new, &info.api_version(), &opts.manager, op, sub, &fields);
         if opts.dry_run {
@@ -474,7 +503,13 @@ impl State {
             let out = self.store.remove_as(&key, &ns, &name, Some(new)).unwrap_or_default();
             self.after_delete(&key, &out);
             gc::collect(self);
-            return Ok(present(info, out));
+            // The apiserver answers with the object as written but never stored: it keeps the
+            // last stored resourceVersion (the DELETED event carries the new one).
+            let mut answer = present(info, out);
+            if let Some(old) = old {
+                meta_mut(&mut answer).insert("resourceVersion".into(), json!(meta::resource_version(old)));
+            }
+            return Ok(answer);
         }
         let stored = self.store.put(&key, new);
         if key == "/pods" || key == crate::eviction::PDB_KEY {
@@ -509,9 +544,33 @@ impl State {
     }
 }
 
-/// The few built-in defaults controllers rely on: apps/v1 workloads get `spec.replicas: 1`, and
-/// a Secret's write-only `stringData` is folded into `data` (base64), as the API server does.
+/// Go's `omitempty`: empty labels, annotations, finalizers and ownerReferences are not kept.
+fn drop_empty_metadata(obj: &mut Value) {
+    let m = meta_mut(obj);
+    for k in ["labels", "annotations", "finalizers", "ownerReferences"] {
+        let empty = match m.get(k) {
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(Value::Object(o)) => o.is_empty(),
+            Some(Value::Null) => true,
+            _ => false,
+        };
+        if empty {
+            m.remove(k);
+        }
+    }
+}
+
+/// The few built-in defaults controllers rely on: apps/v1 workloads get `spec.replicas: 1`,
+/// Secrets `type: Opaque`, and a Secret's write-only `stringData` is folded into `data`
+/// (base64), as the API server does.
 fn builtin_defaults(info: &ResourceInfo, obj: &mut Value) {
+    if info.group.is_empty()
+        && info.plural == "secrets"
+        && let Some(map) = obj.as_object_mut()
+        && map.get("type").is_none_or(|t| t.is_null() || t == "")
+    {
+        map.insert("type".into(), json!("Opaque"));
+    }
     if info.group.is_empty()
         && info.plural == "secrets"
         && let Some(map) = obj.as_object_mut()
@@ -543,4 +602,19 @@ fn builtin_defaults(info: &ResourceInfo, obj: &mut Value) {
 
 fn ns_of<'a>(info: &ResourceInfo, ns: &'a str) -> &'a str {
     if info.namespaced { ns } else { "" }
+}
+
+/// Like [`check_type`], worded as the apiserver's apply path: `invalid object type: <gvk>`.
+fn check_apply_type(info: &ResourceInfo, body: &Value) -> ApiResult<()> {
+    let av = body.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = body.get("kind").and_then(Value::as_str).unwrap_or("");
+    if kind.is_empty() || av.is_empty() || (av == info.api_version() && kind == info.kind) {
+        return check_type(info, body);
+    }
+    let gv = if av.contains('/') {
+        av.to_string()
+    } else {
+        format!("/{av}")
+    };
+    Err(ApiError::bad_request(format!("invalid object type: {gv}, Kind={kind}")))
 }

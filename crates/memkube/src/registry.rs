@@ -100,6 +100,38 @@ impl ResourceInfo {
         self.subresources.iter().any(|s| s == "status")
     }
 
+    /// Whether the apiserver keeps `metadata.generation` for this kind: custom resources and
+    /// CRDs, workloads, PodDisruptionBudgets, NetworkPolicies and (since 1.33) Pods. ConfigMaps,
+    /// Secrets, Nodes, Namespaces, Services, Events, Leases, CSRs and RBAC objects have none.
+    pub fn has_generation(&self) -> bool {
+        self.crd
+            || matches!(
+                self.group.as_str(),
+                "apps" | "policy" | "networking.k8s.io" | "apiextensions.k8s.io"
+            )
+            || (self.group.is_empty() && self.plural == "pods")
+    }
+
+    /// Whether an immediate DELETE answers with the deleted object (the apiserver's
+    /// `ReturnDeletedObject`) rather than a `Status` of `Success`.
+    pub fn returns_deleted_object(&self) -> bool {
+        match self.group.as_str() {
+            "" => matches!(
+                self.plural.as_str(),
+                "pods"
+                    | "services"
+                    | "namespaces"
+                    | "serviceaccounts"
+                    | "persistentvolumes"
+                    | "persistentvolumeclaims"
+                    | "resourcequotas"
+                    | "podtemplates"
+            ),
+            "storage.k8s.io" | "resource.k8s.io" => true,
+            _ => false,
+        }
+    }
+
     /// Whether the subresource exists.
     pub fn has_sub(&self, sub: &str) -> bool {
         self.subresources.iter().any(|s| s == sub)

@@ -114,6 +114,54 @@ fn decode(ct: &str, body: &[u8]) -> ApiResult<Value> {
     }
 }
 
+/// A create or update body; a truncated JSON document is worded as the apiserver does.
+fn decode_object(info: &crate::registry::ResourceInfo, ct: &str, bytes: &[u8]) -> ApiResult<Value> {
+    if ct.contains("json")
+        && let Err(e) = serde_json::from_slice::<Value>(bytes)
+        && e.is_eof()
+        && !bytes.iter().all(u8::is_ascii_whitespace)
+    {
+        return Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json parse error: unexpected end of JSON input ({})",
+            info.kind,
+            String::from_utf8_lossy(bytes)
+        )));
+    }
+    decode(ct, bytes)
+}
+
+/// Go's wording for a truncated document, serde's for anything else.
+fn json_error_text(e: &serde_json::Error) -> String {
+    if e.is_eof() {
+        "unexpected end of JSON input".into()
+    } else {
+        e.to_string()
+    }
+}
+
+/// A PATCH body, with the apiserver's `error decoding patch` / `error decoding YAML` prefixes.
+fn decode_patch(pt: PatchType, bytes: &[u8]) -> ApiResult<Value> {
+    if pt == PatchType::Apply {
+        return decode("application/yaml", bytes)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {}", e.message)));
+    }
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {}", json_error_text(&e))))?;
+    if pt == PatchType::Json && !v.is_array() {
+        return Err(ApiError::bad_request(format!(
+            "error decoding patch: json: cannot unmarshal {} into Go value of type []handlers.jsonPatchOp",
+            match v {
+                Value::Object(_) => "object",
+                Value::String(_) => "string",
+                Value::Number(_) => "number",
+                Value::Bool(_) => "bool",
+                _ => "null",
+            }
+        )));
+    }
+    Ok(v)
+}
+
 fn patch_type(ct: &str) -> ApiResult<PatchType> {
     let base = ct.split(';').next().unwrap_or("").trim();
     match base {
@@ -121,9 +169,11 @@ fn patch_type(ct: &str) -> ApiResult<PatchType> {
         "application/json-patch+json" => Ok(PatchType::Json),
         "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
         "application/apply-patch+yaml" => Ok(PatchType::Apply),
-        _ => Err(ApiError::unsupported_media(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json ({base})"
-        ))),
+        _ => {
+            let mut e = ApiError::unsupported_media("415: Unsupported Media Type");
+            e.details = Some(json!({}));
+            Err(e)
+        }
     }
 }
 
@@ -153,6 +203,67 @@ fn user_agent_manager(h: &HeaderMap) -> String {
     let ua = header(h, http::header::USER_AGENT);
     let m = ua.split('/').next().unwrap_or("").trim();
     if m.is_empty() { "unknown".into() } else { m.to_string() }
+}
+
+/// ListOptions validation: `resourceVersionMatch` takes `Exact` or `NotOlderThan`, and only
+/// next to a `resourceVersion` (422 like the apiserver's).
+fn check_list_options(rv: &str, rv_match: &str) -> ApiResult<()> {
+    let cause = match rv_match {
+        "" => return Ok(()),
+        "Exact" | "NotOlderThan" if rv.is_empty() => (
+            "FieldValueForbidden",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ),
+        "Exact" | "NotOlderThan" => return Ok(()),
+        _ => ("FieldValueNotSupported", ""),
+    };
+    let msg = if cause.1.is_empty() {
+        format!(
+            "resourceVersionMatch: Unsupported value: \"{rv_match}\": supported values: \"Exact\", \"NotOlderThan\", \"\""
+        )
+    } else {
+        cause.1.to_string()
+    };
+    Err(ApiError::invalid(
+        "ListOptions",
+        "meta.k8s.io",
+        "",
+        &[("resourceVersionMatch".into(), cause.0.into(), msg)],
+    ))
+}
+
+/// Watch ListOptions validation: `resourceVersionMatch` only with `sendInitialEvents`, and
+/// then only `NotOlderThan` (422 like the apiserver's; memkube serves streaming lists as if the
+/// WatchList feature gate were on).
+fn check_watch_options(rv_match: &str, send_initial_events: bool) -> ApiResult<()> {
+    let mut causes = vec![];
+    if send_initial_events && rv_match != "NotOlderThan" {
+        causes.push((
+            "resourceVersionMatch".to_string(),
+            "FieldValueForbidden".to_string(),
+            "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+                .to_string(),
+        ));
+    }
+    if !rv_match.is_empty() && !send_initial_events {
+        causes.push((
+            "resourceVersionMatch".into(),
+            "FieldValueForbidden".into(),
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"
+                .into(),
+        ));
+    }
+    if !rv_match.is_empty() && rv_match != "NotOlderThan" {
+        causes.push((
+            "resourceVersionMatch".into(),
+            "FieldValueNotSupported".into(),
+            format!("resourceVersionMatch: Unsupported value: \"{rv_match}\": supported values: \"NotOlderThan\""),
+        ));
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid("ListOptions", "meta.k8s.io", "", &causes))
 }
 
 /// The single fallback handler.
@@ -274,8 +385,12 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
         Ok(Selectors {
             labels: LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))
                 .map_err(ApiError::bad_request)?,
-            fields: FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str))
-                .map_err(ApiError::bad_request)?,
+            fields: {
+                let f = FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str))
+                    .map_err(ApiError::bad_request)?;
+                f.check_supported(&info).map_err(ApiError::bad_request)?;
+                f
+            },
         })
     };
     let list_ns = rp.ns.clone().filter(|_| info.namespaced);
@@ -284,6 +399,10 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
     }
     match verb {
         "watch" => {
+            check_watch_options(
+                q.get("resourceVersionMatch").map_or("", String::as_str),
+                q.get("sendInitialEvents").is_some_and(|v| v == "true"),
+            )?;
             let p = WatchParams {
                 resource_version: q.get("resourceVersion").cloned().unwrap_or_default(),
                 bookmarks: q.get("allowWatchBookmarks").is_some_and(|v| v == "true"),
@@ -295,10 +414,13 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
                 table: table.then(|| include.clone()),
                 meta_only,
             };
-            watch::start(shared.clone(), info, list_ns, sels()?, p)
+            let sel = sels()?;
+            watch::start(shared.clone(), info, list_ns, sel, p)
         }
         "list" => {
             let sel = sels()?;
+            let rv_param = q.get("resourceVersion").map_or("", String::as_str);
+            check_list_options(rv_param, q.get("resourceVersionMatch").map_or("", String::as_str))?;
             // Like a real apiserver, listing in a missing namespace is an empty list.
             let st = shared.lock();
             let rv = st.store.rv().to_string();
@@ -315,7 +437,9 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
                 items.retain(|o| (crate::meta::namespace(o).to_string(), crate::meta::name(o).to_string()) > after);
             }
             let mut md = json!({"resourceVersion": rv});
+            // resourceVersion=0 is served from the watch cache, which ignores `limit`.
             if let Some(limit) = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0)
+                && rv_param != "0"
                 && items.len() > limit
             {
                 md["remainingItemCount"] = json!(items.len() - limit);
@@ -359,7 +483,7 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
             Ok(json_resp(200, &obj))
         }
         "create" => {
-            let body = decode(&ct, &bytes)?;
+            let body = decode_object(&info, &ct, &bytes)?;
             if sub == Some("eviction") {
                 let out = shared.lock().evict(&info, &ns, &name, &body)?;
                 return Ok(json_resp(201, &out));
@@ -375,22 +499,18 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
             Ok(with_warnings(json_resp(201, &out), &opts))
         }
         "update" => {
-            let body = decode(&ct, &bytes)?;
+            let body = decode_object(&info, &ct, &bytes)?;
             let out = shared.lock().update(&info, &ns, &name, body, sub, &opts)?;
             Ok(with_warnings(json_resp(200, &out), &opts))
         }
         "patch" => {
             let pt = patch_type(&ct)?;
-            let body = if pt == PatchType::Apply {
-                decode("application/yaml", &bytes)?
-            } else {
-                decode("application/json", &bytes)?
-            };
+            let body = decode_patch(pt, &bytes)?;
             if pt == PatchType::Apply && !q.contains_key("fieldManager") {
                 return Err(ApiError::invalid(
-                    &info.kind,
-                    &info.group,
-                    &name,
+                    "PatchOptions",
+                    "meta.k8s.io",
+                    "",
                     &[(
                         "fieldManager".into(),
                         "FieldValueRequired".into(),
@@ -414,8 +534,7 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
             Ok(with_warnings(json_resp(if existed { 200 } else { 201 }, &out), &opts))
         }
         "delete" => {
-            let mut d = delete_opts(&ct, &bytes, &q)?;
-            d.dry_run |= dry_run;
+            let d = delete_opts(&ct, &bytes, &q)?;
             let (out, gone) = {
                 let mut st = shared.lock();
                 let out = st.delete(&info, &ns, &name, &d)?;
@@ -423,7 +542,11 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
                 let gone = st.store.get(&info.store_key(), key_ns, &name).is_none();
                 (out, gone)
             };
-            Ok(json_resp(if gone || dry_run { 200 } else { 202 }, &out))
+            let immediate = gone || (d.dry_run && crate::meta::finalizers(&out).is_empty());
+            if immediate && !info.returns_deleted_object() {
+                return Ok(json_resp(200, &deleted_status(&info, &out)));
+            }
+            Ok(json_resp(if !gone && d.cascade_requested { 202 } else { 200 }, &out))
         }
         _ => {
             let mut d = delete_opts(&ct, &bytes, &q)?;
@@ -491,26 +614,46 @@ fn scale_request(
     Ok(with_warnings(json_resp(200, &crate::scale::scale_of(info, &out)), opts))
 }
 
+/// The `Status` an immediate DELETE answers with (unless the kind returns the object).
+fn deleted_status(info: &crate::registry::ResourceInfo, obj: &Value) -> Value {
+    let mut details = json!({"name": crate::meta::name(obj), "kind": info.plural, "uid": crate::meta::uid(obj)});
+    if !info.group.is_empty() {
+        details["group"] = json!(info.group);
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+}
+
+/// DeleteOptions from the body or, as the apiserver does, from the query only when the body
+/// is empty (a body's options win entirely: `?dryRun=All` next to a body is ignored).
 fn delete_opts(ct: &str, bytes: &[u8], q: &HashMap<String, String>) -> ApiResult<DeleteOpts> {
     let body = if bytes.iter().all(u8::is_ascii_whitespace) {
-        json!({})
+        let mut from_query = json!({});
+        if let Some(p) = q.get("propagationPolicy") {
+            from_query["propagationPolicy"] = json!(p);
+        }
+        if q.get("dryRun").is_some_and(|v| v == "All") {
+            from_query["dryRun"] = json!(["All"]);
+        }
+        if let Some(o) = q.get("orphanDependents") {
+            from_query["orphanDependents"] = json!(o == "true");
+        }
+        from_query
     } else {
         decode(ct, bytes)?
     };
     let s = |p: &str| body.pointer(p).and_then(Value::as_str).map(String::from);
     Ok(DeleteOpts {
-        propagation: s("/propagationPolicy")
-            .or_else(|| q.get("propagationPolicy").cloned())
-            .or_else(|| match body.get("orphanDependents").and_then(Value::as_bool) {
-                Some(true) => Some("Orphan".into()),
-                _ => None,
-            }),
+        propagation: s("/propagationPolicy").or_else(|| match body.get("orphanDependents").and_then(Value::as_bool) {
+            Some(true) => Some("Orphan".into()),
+            _ => None,
+        }),
         uid: s("/preconditions/uid"),
         resource_version: s("/preconditions/resourceVersion"),
         dry_run: body
             .get("dryRun")
             .and_then(Value::as_array)
             .is_some_and(|a| !a.is_empty()),
+        cascade_requested: body.get("orphanDependents") == Some(&json!(false)),
     })
 }
 

@@ -56,7 +56,7 @@ fn parse_set(s: &str) -> Result<Vec<String>, String> {
         .trim()
         .strip_prefix('(')
         .and_then(|x| x.strip_suffix(')'))
-        .ok_or_else(|| format!("found '{s}', expected: '('"))?;
+        .ok_or_else(|| format!("unable to parse requirement: found '{s}' expected: '('"))?;
     let vals: Vec<String> = inner.split(',').map(|v| v.trim().to_string()).collect();
     if vals.iter().any(|v| !valid_value(v)) {
         return Err(format!("invalid value in set {s}"));
@@ -225,6 +225,48 @@ impl FieldSelector {
     /// True when there are no requirements.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Reject fields the apiserver cannot select on for this kind, with its wording: kinds
+    /// with their own field-label conversion say `field label not supported`, the rest list
+    /// the two metadata fields every kind supports. Events, whose two views select on many
+    /// fields, are not checked.
+    pub fn check_supported(&self, info: &crate::registry::ResourceInfo) -> Result<(), String> {
+        const META: [&str; 2] = ["metadata.name", "metadata.namespace"];
+        let own: Option<&[&str]> = match (info.group.as_str(), info.plural.as_str()) {
+            (_, "events") if crate::events::is_event(info) => return Ok(()),
+            ("", "pods") => Some(&[
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.podIPs",
+                "status.nominatedNodeName",
+            ]),
+            ("", "secrets") => Some(&["type"]),
+            ("", "namespaces") => Some(&["status.phase"]),
+            ("", "nodes") => Some(&["spec.unschedulable"]),
+            ("", "services") => Some(&["spec.clusterIP", "spec.type"]),
+            ("certificates.k8s.io", _) => Some(&["spec.signerName"]),
+            ("apps", "replicasets") => Some(&["status.replicas"]),
+            _ if info.crd => Some(&[]),
+            _ => None,
+        };
+        for (k, _, _) in &self.0 {
+            if META.contains(&k.as_str()) || own.is_some_and(|o| o.contains(&k.as_str())) {
+                continue;
+            }
+            return Err(match own {
+                Some(_) => format!("field label not supported: {k}"),
+                None => {
+                    format!("\"{k}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"")
+                }
+            });
+        }
+        Ok(())
     }
 }
 

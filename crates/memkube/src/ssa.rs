@@ -25,9 +25,19 @@ fn item_key(key: &str, item: &Value) -> String {
     format!("k:{}", Value::Object(m))
 }
 
+/// `metadata.finalizers` is a set (`+listType=set`): its items are owned one by one, as
+/// `v:"<value>"` elements.
+fn is_set(key: &str, items: &[Value]) -> bool {
+    key == "finalizers" && items.iter().all(Value::is_string)
+}
+
+fn set_item(item: &Value) -> String {
+    format!("v:{item}")
+}
+
 /// The `fieldsV1` set of an applied configuration (apiVersion/kind and identity metadata skipped).
 pub fn fieldset(applied: &Value) -> Value {
-    fn walk(v: &Value, root: bool) -> Value {
+    fn walk(v: &Value, root: bool, key: &str) -> Value {
         let mut out = Map::new();
         match v {
             Value::Object(m) => {
@@ -40,7 +50,7 @@ pub fn fieldset(applied: &Value) -> Value {
                         if let Some(md) = cv.as_object() {
                             for (mk, mv) in md {
                                 if matches!(mk.as_str(), "labels" | "annotations" | "finalizers" | "ownerReferences") {
-                                    mm.insert(format!("f:{mk}"), walk(mv, false));
+                                    mm.insert(format!("f:{mk}"), walk(mv, false, mk));
                                 }
                             }
                         }
@@ -49,13 +59,18 @@ pub fn fieldset(applied: &Value) -> Value {
                         }
                         continue;
                     }
-                    out.insert(format!("f:{k}"), walk(cv, false));
+                    out.insert(format!("f:{k}"), walk(cv, false, k));
+                }
+            }
+            Value::Array(items) if is_set(key, items) => {
+                for it in items {
+                    out.insert(set_item(it), Value::Object(Map::new()));
                 }
             }
             Value::Array(items) => {
                 if let Some(key) = ssa_list_key(items) {
                     for it in items {
-                        let mut sub = walk(it, false);
+                        let mut sub = walk(it, false, "");
                         if let Value::Object(s) = &mut sub {
                             s.insert(".".into(), Value::Object(Map::new()));
                         }
@@ -67,7 +82,7 @@ pub fn fieldset(applied: &Value) -> Value {
         }
         Value::Object(out)
     }
-    walk(applied, true)
+    walk(applied, true, "")
 }
 
 /// Merge an applied configuration into the live object (maps recursively, keyed lists by key,
@@ -77,6 +92,13 @@ pub fn apply_merge(live: &mut Value, applied: &Value) {
         (Value::Object(lm), Value::Object(am)) => {
             for (k, av) in am {
                 match lm.get_mut(k) {
+                    Some(Value::Array(la)) if av.as_array().is_some_and(|aa| is_set(k, aa) && is_set(k, la)) => {
+                        for it in av.as_array().into_iter().flatten() {
+                            if !la.contains(it) {
+                                la.push(it.clone());
+                            }
+                        }
+                    }
                     Some(lv) => apply_merge(lv, av),
                     None => {
                         lm.insert(k.clone(), av.clone());
@@ -84,6 +106,9 @@ pub fn apply_merge(live: &mut Value, applied: &Value) {
                 }
             }
         }
+        // An empty applied list leaves a keyed live list to `remove_dropped`, which takes out
+        // only the items this manager owned.
+        (Value::Array(la), Value::Array(aa)) if aa.is_empty() && ssa_list_key(la).is_some() => {}
         (Value::Array(la), Value::Array(aa)) => match ssa_list_key(aa) {
             Some(key) if la.iter().all(|i| i.get(key).is_some()) => {
                 for it in aa {
@@ -125,6 +150,13 @@ pub fn remove_dropped(obj: &mut Value, prev: &Value, new: &Value, others: &[Valu
                         remove_dropped(child, psub, ns, &osubs);
                     }
                 }
+            }
+        } else if let Some(vjson) = pk.strip_prefix("v:") {
+            let (Value::Array(items), None, true) = (&mut *obj, nsub, osubs.is_empty()) else {
+                continue;
+            };
+            if let Ok(item) = serde_json::from_str::<Value>(vjson) {
+                items.retain(|it| *it != item);
             }
         } else if let Some(kjson) = pk.strip_prefix("k:") {
             let Value::Array(items) = obj else { continue };
@@ -200,6 +232,9 @@ pub fn value_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
                 .as_array()?
                 .iter()
                 .find(|it| kv.iter().all(|(k, v)| it.get(k) == Some(v)))?;
+        } else if let Some(v) = el.strip_prefix("v:") {
+            let item: Value = serde_json::from_str(v).ok()?;
+            cur = cur.as_array()?.iter().find(|it| **it == item)?;
         } else {
             return None;
         }
@@ -230,6 +265,20 @@ fn entries(obj: Option<&Value>) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// A manager as the apiserver names it in conflicts: `"name"`, `with subresource "status"`
+/// when it wrote a subresource, and `using <apiVersion>` for Update operations.
+fn print_manager(e: &Value) -> String {
+    let mut s = format!("\"{}\"", e["manager"].as_str().unwrap_or(""));
+    if let Some(sub) = e.get("subresource").and_then(Value::as_str) {
+        s.push_str(&format!(" with subresource \"{sub}\""));
+    }
+    if e["operation"] == "Update" {
+        // The apiserver's manager identifiers carry no time, so it never prints `at <time>`.
+        s.push_str(&format!(" using {}", e["apiVersion"].as_str().unwrap_or("")));
+    }
+    s
+}
+
 /// Fields that `applied` would change and that other managers own:
 /// (`"manager" using apiVersion`, path).
 pub fn conflicts(live: &Value, applied: &Value, manager: &str) -> Vec<(String, String)> {
@@ -237,14 +286,7 @@ pub fn conflicts(live: &Value, applied: &Value, manager: &str) -> Vec<(String, S
     let others: Vec<(String, BTreeSet<FieldPath>)> = entries(Some(live))
         .iter()
         .filter(|e| e["manager"] != manager)
-        .map(|e| {
-            let who = format!(
-                "\"{}\" using {}",
-                e["manager"].as_str().unwrap_or(""),
-                e["apiVersion"].as_str().unwrap_or("")
-            );
-            (who, leaves(&e["fieldsV1"]))
-        })
+        .map(|e| (print_manager(e), leaves(&e["fieldsV1"])))
         .collect();
     for p in leaves(&fieldset(applied)) {
         if p.last().is_some_and(|l| l == ".") {
@@ -278,10 +320,29 @@ pub fn record(
     if manager.is_empty() {
         return;
     }
-    let changed: BTreeSet<FieldPath> = leaves(&fieldset(new))
+    let mut changed: BTreeSet<FieldPath> = leaves(&fieldset(new))
         .into_iter()
         .filter(|p| old.is_none_or(|o| value_at(o, p) != value_at(new, p)))
         .collect();
+    if op != "Apply" {
+        // An update that creates a map (or a set) also owns the map itself: `.`.
+        let created: Vec<FieldPath> = changed
+            .iter()
+            .flat_map(|p| (1..p.len()).map(|i| p[..i].to_vec()))
+            .filter(|prefix| {
+                prefix.last().is_some_and(|l| l.starts_with("f:"))
+                    && prefix.as_slice() != ["f:metadata"]
+                    && value_at(new, prefix).is_some_and(|v| v.is_object() || v.is_array())
+                    && old.is_none_or(|o| value_at(o, prefix).is_none())
+            })
+            .map(|mut prefix| {
+                prefix.push(".".into());
+                prefix
+            })
+            .collect();
+        changed.extend(created);
+    }
+    let content_unchanged = old.is_some_and(|o| content_of(o) == content_of(new));
     let mine = |e: &Value| {
         e["manager"] == manager && e["operation"] == op && e.get("subresource").and_then(Value::as_str) == sub
     };
@@ -307,14 +368,24 @@ pub fn record(
         set.retain(|p| !changed.contains(p));
     }
     let mut mine_entry = json!({
-        "manager": manager, "operation": op, "apiVersion": api_version,
-        "time": meta::now(), "fieldsType": "FieldsV1",
+        "manager": manager, "operation": op, "apiVersion": api_version, "fieldsType": "FieldsV1",
     });
+    // The apiserver stamps the time only when the write changed the object; an apply that
+    // only takes (shared) ownership keeps the manager's previous time, or none.
+    let previous_time = entries(old)
+        .iter()
+        .find(|e| mine(e))
+        .and_then(|e| e.get("time").cloned());
+    match (content_unchanged, previous_time) {
+        (false, _) => mine_entry["time"] = json!(meta::now()),
+        (true, Some(t)) => mine_entry["time"] = t,
+        (true, None) => {}
+    }
     if let Some(s) = sub {
         mine_entry["subresource"] = json!(s);
     }
     list.push((mine_entry, my_set));
-    let out: Vec<Value> = list
+    let mut out: Vec<Value> = list
         .into_iter()
         .filter_map(|(mut e, mut set)| {
             set.retain(|p| value_at(new, p).is_some());
@@ -325,12 +396,27 @@ pub fn record(
             Some(e)
         })
         .collect();
+    // In the apiserver's order: operation, time (to the second), manager, subresource.
+    out.sort_by_cached_key(|e| {
+        let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let second = s("time").get(..19).unwrap_or("").to_string();
+        (s("operation"), second, s("manager"), s("subresource"), s("apiVersion"))
+    });
     let m = meta_mut(new);
     if out.is_empty() {
         m.remove("managedFields");
     } else {
         m.insert("managedFields".into(), Value::Array(out));
     }
+}
+
+/// The object without the metadata a write always touches.
+fn content_of(v: &Value) -> Value {
+    let mut c = v.clone();
+    let m = meta_mut(&mut c);
+    m.remove("resourceVersion");
+    m.remove("managedFields");
+    c
 }
 
 /// managedFields entries without their timestamps (ownership comparison for no-op detection).
@@ -369,7 +455,7 @@ mod tests {
         let applied_a = json!({"spec": {"holder": "a"}});
         record(None, &mut live, "v1", "mgr-a", "Apply", None, &fieldset(&applied_a));
         let c = conflicts(&live, &json!({"spec": {"holder": "b"}}), "mgr-b");
-        assert_eq!(c, vec![("\"mgr-a\" using v1".to_string(), ".spec.holder".to_string())]);
+        assert_eq!(c, vec![("\"mgr-a\"".to_string(), ".spec.holder".to_string())]);
         assert!(conflicts(&live, &json!({"spec": {"holder": "a"}}), "mgr-b").is_empty());
         // an update by another manager takes ownership of what it changed
         let old = live.clone();

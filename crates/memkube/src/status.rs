@@ -115,6 +115,20 @@ impl ApiError {
         }
     }
 
+    /// 409 Conflict for a failed DELETE precondition: the apiserver names the Kind there, not
+    /// the resource.
+    pub fn precondition(kind: &str, group: &str, name: &str, tail: &str) -> Self {
+        ApiError {
+            code: 409,
+            reason: "Conflict".into(),
+            message: format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {tail}",
+                qualified(kind, group)
+            ),
+            details: details(name, group, kind),
+        }
+    }
+
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
@@ -122,11 +136,30 @@ impl ApiError {
 
     /// 405 MethodNotAllowed.
     pub fn method_not_allowed() -> Self {
-        Self::new(
+        let mut e = Self::new(
             405,
             "MethodNotAllowed",
             "the server does not allow this method on the requested resource",
-        )
+        );
+        e.details = Some(json!({}));
+        e
+    }
+
+    /// 500 for errors the apiserver does not classify: no `reason` in the Status.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
+    }
+
+    /// 422 for a JSON patch that cannot be applied (unknown op, failed test, missing path):
+    /// the apiserver says no more than this.
+    pub fn patch_rejected() -> Self {
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        );
+        e.details = Some(json!({}));
+        e
     }
 
     /// 415 UnsupportedMediaType.
@@ -141,7 +174,14 @@ impl ApiError {
 
     /// 422 Invalid from a list of `(field, reason, full message)` causes.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: &[(String, String, String)]) -> Self {
-        let msgs: Vec<&str> = causes.iter().map(|c| c.2.as_str()).collect();
+        // As Go's ErrorList.ToAggregate: the message names each distinct error once, the
+        // causes keep them all.
+        let mut msgs: Vec<&str> = vec![];
+        for c in causes {
+            if !msgs.contains(&c.2.as_str()) {
+                msgs.push(c.2.as_str());
+            }
+        }
         let joined = if msgs.len() == 1 {
             msgs[0].to_string()
         } else {
@@ -190,6 +230,11 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty()
+            && let Some(m) = v.as_object_mut()
+        {
+            m.remove("reason");
+        }
         if let Some(d) = &self.details {
             v["details"] = d.clone();
         }

@@ -1,5 +1,5 @@
 //! Linking a Machine to its Node by exact `spec.providerID` match (core's `getNode`) and
-//! syncing the managed labels from the Machine to the Node.
+//! syncing the managed labels from the Machine to the Node, and core's annotations on it.
 
 use std::collections::BTreeMap;
 
@@ -126,6 +126,35 @@ pub(super) async fn link(
     })
 }
 
+/// The annotations core puts on a Machine's Node: its Cluster, namespace and name, the
+/// (empty: none are synced by default) annotations taken from the Machine, and the Machine's
+/// controller (a MachineSet) when it has one.
+pub(crate) fn core_annotations(machine: &DynamicObject) -> BTreeMap<String, String> {
+    let cluster = machine
+        .data
+        .pointer("/spec/clusterName")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut a = BTreeMap::from([
+        ("cluster.x-k8s.io/cluster-name".to_string(), cluster.to_string()),
+        (
+            "cluster.x-k8s.io/cluster-namespace".to_string(),
+            machine.metadata.namespace.clone().unwrap_or_default(),
+        ),
+        (
+            "cluster.x-k8s.io/machine".to_string(),
+            machine.metadata.name.clone().unwrap_or_default(),
+        ),
+        ("cluster.x-k8s.io/annotations-from-machine".to_string(), String::new()),
+    ]);
+    let refs = machine.metadata.owner_references.as_deref().unwrap_or_default();
+    if let Some(owner) = refs.iter().find(|r| r.controller == Some(true)) {
+        a.insert("cluster.x-k8s.io/owner-kind".into(), owner.kind.clone());
+        a.insert("cluster.x-k8s.io/owner-name".into(), owner.name.clone());
+    }
+    a
+}
+
 /// The label patch that makes the Node carry the Machine's managed labels, or `None`.
 pub(crate) fn label_patch(
     machine_labels: &BTreeMap<String, String>,
@@ -170,9 +199,23 @@ async fn sync_labels(ctx: &Ctx, nodes: &Api<Node>, machine: &DynamicObject, node
         .as_ref()
         .and_then(|a| a.get(LABELS_FROM_MACHINE))
         .map(String::as_str);
-    let Some(patch) = label_patch(&machine_labels, &node_labels, previous, ctx.cfg.sync_all_labels) else {
+    let labels = label_patch(&machine_labels, &node_labels, previous, ctx.cfg.sync_all_labels);
+    let current = node.metadata.annotations.clone().unwrap_or_default();
+    let missing: serde_json::Map<String, Value> = core_annotations(machine)
+        .into_iter()
+        .filter(|(k, v)| current.get(k) != Some(v))
+        .map(|(k, v)| (k, json!(v)))
+        .collect();
+    if labels.is_none() && missing.is_empty() {
         return Ok(());
-    };
+    }
+    let mut patch = labels.unwrap_or_else(|| json!({"metadata": {"annotations": {}}}));
+    if let Some(a) = patch
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.extend(missing);
+    }
     let name = node.metadata.name.clone().unwrap_or_default();
     nodes
         .patch(&name, &PatchParams::default(), &Patch::Merge(patch))

@@ -96,13 +96,26 @@ pub(crate) async fn write_status(
 ) -> Result<()> {
     let mut status = json!({});
     if ctx.cfg.versions.is_v1beta2() {
-        status["initialization"] = json!({
-            "bootstrapDataSecretCreated": o.bootstrap_ready,
-            "infrastructureProvisioned": o.infra_ready,
-        });
+        // Like core, only `true` is written (the fields are optional pointers).
+        let mut init = json!({});
+        if o.bootstrap_ready {
+            init["bootstrapDataSecretCreated"] = json!(true);
+        }
+        if o.infra_ready {
+            init["infrastructureProvisioned"] = json!(true);
+        }
+        // An empty `initialization` breaks the CRD's `minProperties: 1`.
+        if init.as_object().is_some_and(|m| !m.is_empty()) {
+            status["initialization"] = init;
+        }
     } else {
-        status["bootstrapReady"] = json!(o.bootstrap_ready);
-        status["infrastructureReady"] = json!(o.infra_ready);
+        // v1beta1's booleans are `omitempty`: core never writes `false`.
+        if o.bootstrap_ready {
+            status["bootstrapReady"] = json!(true);
+        }
+        if o.infra_ready {
+            status["infrastructureReady"] = json!(true);
+        }
     }
     if let Some(a) = &o.addresses {
         status["addresses"] = a.clone();

@@ -51,12 +51,16 @@ async fn eviction_respects_pdb() {
     assert!(pods.get_opt("e2").await.unwrap().is_some());
 }
 
+/// base64 of a PEM block with the CERTIFICATE REQUEST header the apiserver insists on.
+const PEM_REQUEST: &str =
+    "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KQUFBQQotLS0tLUVORCBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0K";
+
 #[tokio::test]
 async fn csr_approval() {
     let (_s, client) = setup();
     let csrs: Api<CertificateSigningRequest> = Api::all(client);
     let csr: CertificateSigningRequest = serde_json::from_value(json!({"metadata": {"name": "node-csr"},
-        "spec": {"request": "AAAA", "signerName": "kubernetes.io/kube-apiserver-client-kubelet", "usages": ["client auth"]}})).unwrap();
+        "spec": {"request": PEM_REQUEST, "signerName": "kubernetes.io/kube-apiserver-client-kubelet", "usages": ["client auth"]}})).unwrap();
     csrs.create(&PostParams::default(), &csr).await.unwrap();
     let approval =
         json!({"status": {"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}]}});
