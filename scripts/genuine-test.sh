@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The tests that compare caplv's stand-ins with the genuine components: memkube against
-# kube-apiserver (crates/memkube/tests/differential, once) and capi-sim against Cluster API
-# core (crates/capi-sim/tests/genuine_capi.rs, for each contract: v1beta1 core v1.10 and
-# v1beta2 core v1.14). Each run gets its own control plane from scripts/control-plane.sh in a
-# temporary directory, stopped on exit whatever happens.
+# The tests on the genuine components that need no libvirt: memkube against kube-apiserver
+# (crates/memkube/tests/differential, once), capi-sim against Cluster API core
+# (crates/capi-sim/tests/genuine_capi.rs, for each contract: v1beta1 core v1.10 and v1beta2 core
+# v1.14), the chart's install judged by the real API server (tests/helm/test_apply.py), and the
+# integration tests' main flows with CAPLV_TEST_CONTROL_PLANE=real. Each run gets its own
+# control plane from scripts/control-plane.sh in a temporary directory, stopped on exit
+# whatever happens.
 #
 #   scripts/genuine-test.sh            all of it
 #   CAPLV_CP_PORT_BASE=31000 ...       ports of the control plane (default: control-plane.sh's)
@@ -44,7 +46,28 @@ cargo_test() { flock "$lock" cargo test "$@"; }
 capi_tests() { cargo_test -p capi-sim --test genuine_capi -- --ignored --test-threads 1; }
 memkube_and_capi_tests() { cargo_test -p memkube --test differential -- --ignored && capi_tests; }
 
+# Helm's render of every tested values set, applied to a fresh genuine API server with the
+# kubectl built beside it: its schemas, CEL rules and admission accept every object.
+helm_apply() {
+  PATH="$(dirname "$CAPLV_CP_KUBECTL"):$PATH" CAPLV_HELM_APPLY_KUBECONFIG="$KUBECONFIG" \
+    bash scripts/test-helm.sh tests/helm/test_apply.py
+}
+
+# The integration tests' main flows on genuine components: each test starts its own control
+# plane (support/genuine.rs), so they run one at a time. Only tests whose Clusters name loopback
+# endpoints (or none) are here: genuine Cluster API core dials the endpoint a kubeconfig names.
+main_flows=(
+  libvirt_cluster::reachable_endpoint_makes_the_cluster_ready_and_capi_sees_it
+  libvirt_cluster::unreachable_endpoint_reports_why_and_recovers_when_it_answers
+  ignition_config::an_owner_machine_gets_the_contract_shaped_secret_which_follows_the_source
+  ignition_config::a_standalone_config_produces_data_and_its_deletion_removes_it
+  leader::only_the_lease_holder_runs_controllers_and_a_standby_takes_over
+)
+
 start=$SECONDS
 with_control_plane v1beta1 memkube_and_capi_tests
 with_control_plane v1beta2 capi_tests
+with_control_plane v1beta1 helm_apply
+(cd "$root" && CAPLV_TEST_CONTROL_PLANE=real cargo_test --workspace --all-features --test manager -- \
+  --exact --test-threads 1 "${main_flows[@]}")
 echo "genuine-test: passed in $((SECONDS - start)) s" >&2

@@ -112,11 +112,26 @@ impl ControlPlane {
             kubelet.stop().await;
         }
         let refused = refused(&self.dir.join("audit.log"));
-        script("control-plane.sh", &[Path::new("down"), &self.dir], &[]);
+        down(&self.dir);
         assert!(
             refused.is_empty(),
             "the API server refused the manager (the chart's RBAC lacks a rule): {refused:#?}"
         );
+    }
+}
+
+/// A test that panics (or never calls `stop`) must not leave its control plane running: the
+/// next test needs the ports.
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        down(&self.dir);
+    }
+}
+
+/// Stop the control plane in `dir`, if it still runs.
+fn down(dir: &Path) {
+    if dir.exists() {
+        script("control-plane.sh", &[Path::new("down"), dir], &[]);
     }
 }
 
