@@ -159,7 +159,7 @@ pub async fn connect(timeout: Duration) -> anyhow::Result<Connection> {
 }
 
 /// DER certificates as one PEM bundle, the form kubeconfigs carry (base64 in 64-column lines).
-pub(crate) fn pem_bundle(certificates: &[Vec<u8>]) -> String {
+pub fn pem_bundle(certificates: &[Vec<u8>]) -> String {
     use base64::Engine as _;
     let mut out = String::new();
     for der in certificates {

@@ -43,7 +43,8 @@ fn script(name: &str, args: &[&Path], env: &[(&str, &str)]) {
     );
 }
 
-async fn config_from(path: &Path) -> kube::Config {
+/// The client configuration a kubeconfig file holds.
+pub async fn config_from(path: &Path) -> kube::Config {
     let kubeconfig = Kubeconfig::read_from(path).unwrap();
     kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
@@ -80,7 +81,7 @@ impl ControlPlane {
         script("install-genuine.sh", &[&dir], &[]);
         let admin_config = config_from(&dir.join("admin.kubeconfig")).await;
         let manager_config = config_from(&dir.join("manager.kubeconfig")).await;
-        let manager_ca = manager_config.root_cert.as_deref().map(pem_bundle);
+        let manager_ca = manager_config.root_cert.as_deref().map(caplv::app::pem_bundle);
         let admin = kube::Client::try_from(admin_config.clone()).unwrap();
         let kubelet = (kubelet != KubeletMode::Off).then(|| {
             KubeletAgent {
@@ -153,26 +154,6 @@ pub fn refused(audit_log: &Path) -> Vec<String> {
                 s(&r["subresource"]),
                 s(&r["namespace"]),
                 s(&r["name"]),
-            )
-        })
-        .collect()
-}
-
-/// DER certificates as one PEM bundle.
-fn pem_bundle(certs: &[Vec<u8>]) -> String {
-    use base64::Engine as _;
-    certs
-        .iter()
-        .map(|der| {
-            let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-            let lines: Vec<&str> = b64
-                .as_bytes()
-                .chunks(64)
-                .map(|c| std::str::from_utf8(c).unwrap())
-                .collect();
-            format!(
-                "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-                lines.join("\n")
             )
         })
         .collect()

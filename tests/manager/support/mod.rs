@@ -52,7 +52,7 @@ enum Backend {
         server: memkube::Server,
         sim: SimulatorHandle,
     },
-    Genuine(genuine::ControlPlane),
+    Genuine(Box<genuine::ControlPlane>),
 }
 
 /// Settings that make periodic work quick in tests.
@@ -89,7 +89,7 @@ impl Env {
         let (client, manager_client, backend) = if genuine::selected() {
             let cp = genuine::ControlPlane::start(versions, kubelet).await;
             settings.api_server_ca = cp.manager_ca.clone();
-            (cp.admin.clone(), cp.manager.clone(), Backend::Genuine(cp))
+            (cp.admin.clone(), cp.manager.clone(), Backend::Genuine(Box::new(cp)))
         } else {
             let (server, sim) = start_memkube(versions, kubelet).await;
             let client = server.client();

@@ -23,15 +23,14 @@ use std::{
 };
 
 use capi_sim::kubelet_agent::{AgentHandle, ApiAccess, KubeletAgent};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::cli::manager;
+use crate::{
+    cli::manager,
+    support::genuine::{config_from, refused},
+};
 
 /// Real libvirt is slower than the test driver: first define probes QEMU, TCG boots slowly.
 const DEADLINE: Duration = Duration::from_secs(180);
-
-/// The identity the chart gives the manager.
-const MANAGER_USER: &str = "system:serviceaccount:caplv-system:caplv";
 
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set; run scripts/system-test.sh"))
@@ -70,13 +69,6 @@ async fn wait(what: &str, mut check: impl FnMut() -> bool) {
         assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-async fn config_from(path: &Path) -> kube::Config {
-    let kubeconfig = Kubeconfig::read_from(path).unwrap();
-    kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap()
 }
 
 /// The manager process and the emulated kubelet on the genuine control plane.
@@ -162,33 +154,12 @@ impl Genuine {
         let status = self.manager.wait().unwrap();
         let log = std::fs::read_to_string(self.dir.path().join("manager.log")).unwrap();
         assert!(status.success(), "manager exited with {status}; log:\n{log}");
-        let refused = refused_requests(&var("CAPLV_CP_AUDIT_LOG"), MANAGER_USER);
+        let refused = refused(Path::new(&var("CAPLV_CP_AUDIT_LOG")));
         assert!(
             refused.is_empty(),
             "the API server refused the manager (the chart's RBAC lacks a rule): {refused:#?}"
         );
     }
-}
-
-/// `verb resource (namespace/name)` of each request by `user` the audit log records as 403.
-fn refused_requests(audit_log: &str, user: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(audit_log).unwrap();
-    text.lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|e| e["user"]["username"] == user && e["responseStatus"]["code"] == 403)
-        .map(|e| {
-            let r = &e["objectRef"];
-            format!(
-                "{} {}.{}/{} ({}/{})",
-                e["verb"].as_str().unwrap_or(""),
-                r["resource"].as_str().unwrap_or(""),
-                r["apiGroup"].as_str().unwrap_or(""),
-                r["subresource"].as_str().unwrap_or(""),
-                r["namespace"].as_str().unwrap_or(""),
-                r["name"].as_str().unwrap_or(""),
-            )
-        })
-        .collect()
 }
 
 /// The SSH key Secret a LibvirtHost names, holding the test account's private key.
