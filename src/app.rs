@@ -69,6 +69,7 @@ impl ManagerConfig {
                 csr_approval_window: Duration::from_secs(args.csr_approval_window_minutes * 60),
                 workload_service_account: args.workload_service_account.clone(),
                 workload_service_account_namespace: args.workload_service_account_namespace.clone(),
+                workload_api_server: args.workload_api_server.clone(),
                 workload_token_lifetime: Duration::from_secs(args.workload_token_lifetime_minutes * 60),
                 api_server_ca: None,
             },

@@ -144,6 +144,11 @@ pub struct RunArgs {
     /// Namespace of that ServiceAccount (default: the client's namespace, in a pod its own).
     #[arg(long, env = "CAPLV_WORKLOAD_SERVICE_ACCOUNT_NAMESPACE")]
     pub workload_service_account_namespace: Option<String>,
+    /// The API server URL the `<cluster>-kubeconfig` Secrets name when a SelfManagedControlPlane
+    /// has no `spec.server`, e.g. `https://kubernetes.default.svc` when Cluster API core runs in
+    /// this cluster (default: each Cluster's `controlPlaneEndpoint`).
+    #[arg(long, env = "CAPLV_WORKLOAD_API_SERVER", value_parser = parse_https_url)]
+    pub workload_api_server: Option<String>,
     /// Minutes a minted workload token is valid; a new one is minted when a third remains.
     #[arg(long, env = "CAPLV_WORKLOAD_TOKEN_LIFETIME_MINUTES", default_value_t = 1440, value_parser = clap::value_parser!(u64).range(10..=525_600))]
     pub workload_token_lifetime_minutes: u64,
@@ -286,6 +291,15 @@ pub enum CapiVersionArg {
     V1beta1,
     /// CAPI v1.11 and later.
     V1beta2,
+}
+
+/// An `https://host[:port]` URL, as a kubeconfig's `server`.
+fn parse_https_url(s: &str) -> Result<String, String> {
+    let uri: http::Uri = s.parse().map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    if uri.scheme_str() != Some("https") || uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{s:?} must be an https:// URL with a host"));
+    }
+    Ok(s.to_owned())
 }
 
 /// Parse one controller family name, failing with a message that names the choices and says

@@ -344,18 +344,6 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
 async fn story(n: &mut Narrator, sb: &Sandbox) -> anyhow::Result<()> {
     let client = sb.client.clone();
     n.heading("Applying the seed's manifests (examples/seed/, the ScheduledMachine's window always open)");
-    if sb.is_genuine() {
-        // Cluster API core reaches the cluster through the kubeconfig the SelfManagedControlPlane
-        // writes. The seed's endpoint names the user's lab, so that kubeconfig names this API
-        // server instead: nothing dials the lab.
-        let smcp = json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1alpha1", "kind": "SelfManagedControlPlane",
-            "metadata": {"name": "spot", "namespace": NS}, "spec": {"server": sb.api_url()}});
-        n.say(format!(
-            "applied {}, server {}, for Cluster API core's kubeconfig",
-            apply(&client, smcp).await?,
-            sb.api_url()
-        ));
-    }
     for (file, yaml) in SEED {
         let doc = if file.starts_with("05") {
             always_on(yaml)?

@@ -144,6 +144,9 @@ pub struct Settings {
     pub workload_service_account: String,
     /// Its namespace; `None` means the client's default namespace (in a pod, the manager's own).
     pub workload_service_account_namespace: Option<String>,
+    /// The server those kubeconfigs name when a SelfManagedControlPlane has no `spec.server`;
+    /// `None` means each Cluster's endpoint.
+    pub workload_api_server: Option<String>,
     /// Lifetime asked for those tokens; a new one is minted when a third of it remains.
     pub workload_token_lifetime: Duration,
     /// The CA bundle (PEM) the manager trusts for its API server, written into those
@@ -165,6 +168,7 @@ impl Default for Settings {
             csr_approval_window: Duration::from_secs(120 * 60),
             workload_service_account: DEFAULT_WORKLOAD_SERVICE_ACCOUNT.to_owned(),
             workload_service_account_namespace: None,
+            workload_api_server: None,
             workload_token_lifetime: Duration::from_secs(24 * 60 * 60),
             api_server_ca: None,
         }

@@ -99,6 +99,11 @@ impl Sandbox {
             create_workload_service_account(&client, &config.settings).await?;
         }
         config.settings.api_server_ca = manager_ca;
+        if let Backend::Genuine(real) = &backend {
+            // Cluster API core's kubeconfigs name this API server: the seed's endpoint names
+            // the user's lab, which is never dialled.
+            config.settings.workload_api_server = Some(real.api.url.to_string());
+        }
         config.probe = probe;
         config.leader = None;
         let hosts = match args.libvirt {

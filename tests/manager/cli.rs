@@ -381,3 +381,13 @@ fn ignition_render_refuses_bad_input_without_echoing_it() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent.ign"));
 }
+
+#[test]
+fn a_workload_api_server_that_is_no_https_url_is_refused_naming_the_flag() {
+    for bad in ["http://kubernetes.default.svc", "kubernetes.default.svc", "https://"] {
+        let out = manager().args(["run", "--workload-api-server", bad]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--workload-api-server"), "{bad}: {stderr}");
+    }
+}

@@ -20,8 +20,9 @@ pub struct Access {
     pub user: String,
 }
 
-/// The API server URL: `spec.server` when set, else `https://<host>:<port>` of the Cluster's
-/// endpoint, else of the LibvirtCluster's. `None` when none is known.
+/// The API server URL: `spec.server` (or the manager's `--workload-api-server`) when set, else
+/// `https://<host>:<port>` of the Cluster's endpoint, else of the LibvirtCluster's. `None` when
+/// none is known.
 #[must_use]
 pub fn server(spec_server: Option<&str>, cluster: Option<&ApiEndpoint>, infra: Option<&ApiEndpoint>) -> Option<String> {
     if let Some(server) = spec_server.filter(|s| !s.is_empty()) {

@@ -8,7 +8,7 @@
 //! 2. The Cluster is the one the `cluster.x-k8s.io/cluster-name` label names (the LibvirtCluster
 //!    controller sets it when it creates this object; Cluster API core sets it and a controller
 //!    ownerRef from the Cluster, both tolerated), else the Cluster owner.
-//! 3. The server: `spec.server`, else `https://<host>:<port>` of the Cluster's
+//! 3. The server: `spec.server`, else the manager's `--workload-api-server`, else `https://<host>:<port>` of the Cluster's
 //!    `controlPlaneEndpoint`, else of its LibvirtCluster's. None known: `Ready=False`,
 //!    `NoControlPlaneEndpoint`, and a change of either object is waited for.
 //! 4. The Secret `<cluster>-kubeconfig` (contract: type `cluster.x-k8s.io/secret`, label, key
@@ -218,7 +218,10 @@ async fn observe(obj: &SelfManagedControlPlane, ctx: &Context) -> Result<Observa
         _ => None,
     };
     let Some(server) = kubeconfig::server(
-        obj.spec.server.as_deref(),
+        obj.spec
+            .server
+            .as_deref()
+            .or(ctx.settings.workload_api_server.as_deref()),
         view.control_plane_endpoint.as_ref(),
         infra_endpoint.as_ref(),
     ) else {

@@ -59,6 +59,9 @@ pub struct ControlPlane {
     pub manager: kube::Client,
     /// The CA bundle the manager trusts the API server with.
     pub manager_ca: Option<String>,
+    /// The API server's URL: what every kubeconfig the manager writes must name, so that genuine
+    /// Cluster API core never dials an endpoint a test's Cluster names.
+    pub api_url: String,
     dir: PathBuf,
     kubelet: Option<AgentHandle>,
     _tmp: tempfile::TempDir,
@@ -83,6 +86,7 @@ impl ControlPlane {
         let manager_config = config_from(&dir.join("manager.kubeconfig")).await;
         let manager_ca = manager_config.root_cert.as_deref().map(caplv::app::pem_bundle);
         let admin = kube::Client::try_from(admin_config.clone()).unwrap();
+        let api_url = admin_config.cluster_url.to_string();
         let kubelet = (kubelet != KubeletMode::Off).then(|| {
             KubeletAgent {
                 observer: admin.clone(),
@@ -100,6 +104,7 @@ impl ControlPlane {
             admin,
             manager: kube::Client::try_from(manager_config).unwrap(),
             manager_ca,
+            api_url,
             dir,
             kubelet,
             _tmp: tmp,

@@ -89,6 +89,7 @@ impl Env {
         let (client, manager_client, backend) = if genuine::selected() {
             let cp = genuine::ControlPlane::start(versions, kubelet).await;
             settings.api_server_ca = cp.manager_ca.clone();
+            settings.workload_api_server = Some(cp.api_url.clone());
             (cp.admin.clone(), cp.manager.clone(), Backend::Genuine(Box::new(cp)))
         } else {
             let (server, sim) = start_memkube(versions, kubelet).await;

@@ -94,6 +94,8 @@ impl Genuine {
             .args(["run", "--metrics-addr", "127.0.0.1:0", "--leader-elect"])
             .env("KUBECONFIG", var("CAPLV_SYS_MANAGER_KUBECONFIG"))
             .env("CAPLV_DOMAIN_CHECK_INTERVAL_SECONDS", "5")
+            // Cluster API core's kubeconfigs name this API server, whatever a Cluster names.
+            .env("CAPLV_WORKLOAD_API_SERVER", var("CAPLV_CP_API_URL"))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
