@@ -11,8 +11,10 @@
 #   scripts/control-plane.sh down DIR        stop what `up DIR` started, by PID, and delete DIR
 #
 # The API server writes an audit log (DIR/audit.log: user, verb, resource and response code of
-# every request). CAPLV_CAPI_VERSION=v1beta1 (Cluster API v1.10, as OpenShift 4.20 ships; the default) or v1beta2
-# (the newest Cluster API release) chooses the core. Ports: CAPLV_CP_PORT_BASE (default 26000)
+# every request). CAPLV_CAPI_VERSION=v1beta1 (Cluster API v1.10, as OpenShift 4.20 ships; the
+# default) or v1beta2 (the newest Cluster API release) chooses the core. Cluster API's webhook
+# server has no listen-address flag and binds its port on all addresses; only the loopback URLs
+# of the webhook configurations point at it. Ports: CAPLV_CP_PORT_BASE (default 26000)
 # + 443 API, +379/+380 etcd, +257 kube-controller-manager, +1443 CAPI webhooks, +1440 CAPI health,
 # +1444 CAPI diagnostics; all below the kernel's ephemeral range (32768 and up), so no client
 # socket can take one between the check and the bind.

@@ -42,6 +42,12 @@
 //! heartbeats, and conversion between v1beta1 and v1beta2 (with both served, objects are
 //! *not* converted: only use that mode for discovery tests).
 //!
+//! Also more lenient than core, found by running the integration tests on genuine core: Nodes
+//! are linked without a `<cluster>-kubeconfig` Secret (core's ClusterCache needs one whose
+//! server answers), drained and deleted without a `controlPlaneRef` to an externally managed
+//! control plane (core refuses: `errNoControlPlaneNodes`), and durations are stored as written
+//! (core's webhooks re-encode `300s` as `5m0s`).
+//!
 //! # Deliberate strictness (as core)
 //! - Provider readiness is read under the contract the CRD's label selects: `status.ready`
 //!   for v1beta1, `status.initialization.*` for v1beta2. Writing only one is a visible bug.
