@@ -483,7 +483,12 @@ async fn scenario(s: &Side) -> Value {
         })
         .await;
     t.insert("deleting-infra".into(), provider_facts(&infra));
-    t.insert("deleting-machine".into(), machine_facts(&s.get(&machine_ar, "m").await));
+    // Core writes the phase at the end of the reconcile that deleted the InfraMachine: wait
+    // for it rather than read the Machine at that instant.
+    let m = s
+        .wait("the Machine Deleting", &machine_ar, "m", |m| phase_is(m, "Deleting"))
+        .await;
+    t.insert("deleting-machine".into(), machine_facts(&m));
     t.insert("deleting-node".into(), node_facts(&s.node(&node_name).await));
     s.patch(&infra_ar, "m", json!({"metadata": {"finalizers": null}})).await;
     s.wait("the Machine gone", &machine_ar, "m", Value::is_null).await;
