@@ -259,13 +259,7 @@ pub async fn run(
     });
     super::drive(
         controller,
-        super::Readying {
-            name: NAME,
-            synced,
-            readiness,
-            metrics: ctx.metrics.clone(),
-            error_requeue: ctx.settings.error_requeue,
-        },
+        super::Readying::new(NAME, synced, readiness, &ctx),
         reconcile,
         state,
     )

@@ -274,6 +274,19 @@ pub struct Readying<S> {
     pub error_requeue: Duration,
 }
 
+impl<S> Readying<S> {
+    /// A controller's readiness with the manager's metrics and error requeue.
+    pub fn new(name: &'static str, synced: S, readiness: Readiness, ctx: &Context) -> Self {
+        Self {
+            name,
+            synced,
+            readiness,
+            metrics: ctx.metrics.clone(),
+            error_requeue: ctx.settings.error_requeue,
+        }
+    }
+}
+
 /// What [`drive`] needs to know about a controller's reconcile errors.
 pub trait ReconcileError: std::error::Error + Send + 'static {
     /// A bounded reason for metrics and logs.

@@ -351,13 +351,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     let synced = async move { wait_synced(&store).await };
     super::drive(
         controller,
-        super::Readying {
-            name: NAME,
-            synced,
-            readiness,
-            metrics: ctx.metrics.clone(),
-            error_requeue: ctx.settings.error_requeue,
-        },
+        super::Readying::new(NAME, synced, readiness, &ctx),
         reconcile,
         ctx,
     )

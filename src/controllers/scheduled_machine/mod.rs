@@ -354,13 +354,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     });
     super::drive(
         controller,
-        super::Readying {
-            name: NAME,
-            synced,
-            readiness,
-            metrics: ctx.metrics.clone(),
-            error_requeue: ctx.settings.error_requeue,
-        },
+        super::Readying::new(NAME, synced, readiness, &ctx),
         reconcile,
         state,
     )
