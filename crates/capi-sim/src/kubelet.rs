@@ -214,9 +214,20 @@ async fn register(ctx: &Ctx, m: &MachineView, name: &str, provider_id: &str, add
         .create(&PostParams::default(), &node)
         .await
         .map_err(|e| Error::kube(format!("registering Node {name}"), e))?;
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let version = str_at(&m.spec, &["version"]).unwrap_or_else(|| "v1.32.0".into());
-    let status = json!({"status": {
+    let status = ready_status(addresses, &version, "simulated");
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .map_err(|e| Error::kube(format!("posting status of Node {name}"), e))?;
+    Ok(())
+}
+
+/// The status a kubelet posts once it runs: Ready, its addresses and what it runs on
+/// (`runtime` names the stand-in: "simulated" or "emulated").
+pub(crate) fn ready_status(addresses: &Value, kubelet_version: &str, runtime: &str) -> Value {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    json!({"status": {
         "conditions": [{
             "type": "Ready", "status": "True", "reason": "KubeletReady",
             "message": "kubelet is posting ready status",
@@ -225,17 +236,12 @@ async fn register(ctx: &Ctx, m: &MachineView, name: &str, provider_id: &str, add
         "addresses": addresses.as_array().cloned().unwrap_or_default(),
         "nodeInfo": {
             "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
-            "osImage": "Red Hat Enterprise Linux CoreOS (simulated)",
-            "containerRuntimeVersion": "cri-o://simulated",
-            "kubeletVersion": version, "kubeProxyVersion": "",
+            "osImage": format!("Red Hat Enterprise Linux CoreOS ({runtime})"),
+            "containerRuntimeVersion": format!("cri-o://{runtime}"),
+            "kubeletVersion": kubelet_version, "kubeProxyVersion": "",
             "operatingSystem": "linux", "architecture": "amd64",
         },
-    }});
-    nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
-        .await
-        .map_err(|e| Error::kube(format!("posting status of Node {name}"), e))?;
-    Ok(())
+    }})
 }
 
 /// The kubelet is gone with its machine: Ready turns Unknown.

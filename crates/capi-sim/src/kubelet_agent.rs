@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::csr;
 use crate::error::{Error, Result};
-use crate::kubelet::{node_name, serving_sans};
+use crate::kubelet::{node_name, ready_status, serving_sans};
 use crate::view::str_at;
 
 /// How the agent reaches the API server with a node's own certificate.
@@ -213,6 +213,16 @@ fn known(states: &States, node: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// `status.addresses` of an InfraMachine, `null` when it has none.
+fn addresses(infra: &DynamicObject) -> Value {
+    infra
+        .data
+        .get("status")
+        .and_then(|s| s.get("addresses"))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
 fn identity(obj: &DynamicObject) -> Option<(String, String)> {
     let node = node_name(obj.data.get("status")?.get("addresses")?)?;
     let provider_id = str_at(&obj.data, &["spec", "providerID"]).filter(|p| !p.is_empty())?;
@@ -239,13 +249,7 @@ async fn join(agent: &KubeletAgent, infra: &DynamicObject, node: &str, provider_
         agent.with_provider_id.then_some(provider_id),
     )
     .await?;
-    let addresses = infra
-        .data
-        .get("status")
-        .and_then(|s| s.get("addresses"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let (dns, ips) = serving_sans(node, &addresses);
+    let (dns, ips) = serving_sans(node, &addresses(infra));
     let serving = csr::serving_csr(node, &dns, &ips)?;
     request_certificate(&client, node, csr::SERVING_SIGNER, &csr::SERVING_USAGES, &serving).await?;
     Ok(client)
@@ -341,28 +345,7 @@ async fn register(
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(Error::kube(format!("registering Node {node}"), e)),
     }
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let addresses = infra
-        .data
-        .get("status")
-        .and_then(|s| s.get("addresses"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let status = json!({"status": {
-        "conditions": [{
-            "type": "Ready", "status": "True", "reason": "KubeletReady",
-            "message": "kubelet is posting ready status",
-            "lastHeartbeatTime": now, "lastTransitionTime": now,
-        }],
-        "addresses": addresses,
-        "nodeInfo": {
-            "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
-            "osImage": "Red Hat Enterprise Linux CoreOS (emulated)",
-            "containerRuntimeVersion": "cri-o://emulated",
-            "kubeletVersion": agent.kubelet_version, "kubeProxyVersion": "",
-            "operatingSystem": "linux", "architecture": "amd64",
-        },
-    }});
+    let status = ready_status(&addresses(infra), &agent.kubelet_version, "emulated");
     nodes
         .patch_status(node, &PatchParams::default(), &Patch::Strategic(status))
         .await
