@@ -27,9 +27,10 @@ use caplv::{
     api::{LibvirtHost, LibvirtMachine},
     app::{self, ManagerConfig, Shared},
     clock::SystemClock,
-    controllers::{Family, Settings},
+    controllers::Family,
     endpoint::AlwaysReachable,
     libvirt::simulated,
+    reconcile::Settings,
 };
 use kube::{
     Api, Client,

@@ -139,7 +139,7 @@ pub struct RunArgs {
     pub csr_approval_window_minutes: u64,
     /// ServiceAccount whose bound tokens go into the `<cluster>-kubeconfig` Secrets that
     /// SelfManagedControlPlanes maintain (what Cluster API core reaches the cluster with).
-    #[arg(long, env = "CAPLV_WORKLOAD_SERVICE_ACCOUNT", default_value = crate::controllers::DEFAULT_WORKLOAD_SERVICE_ACCOUNT)]
+    #[arg(long, env = "CAPLV_WORKLOAD_SERVICE_ACCOUNT", default_value = crate::reconcile::DEFAULT_WORKLOAD_SERVICE_ACCOUNT)]
     pub workload_service_account: String,
     /// Namespace of that ServiceAccount (default: the client's namespace, in a pod its own).
     #[arg(long, env = "CAPLV_WORKLOAD_SERVICE_ACCOUNT_NAMESPACE")]

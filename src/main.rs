@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use caplv::{
     app,
     cli::{Cli, Command, IgnitionCommand, RunArgs, ScheduleArgs},
-    crds,
+    cmd::crds,
 };
 use clap::Parser;
 
@@ -25,10 +25,10 @@ async fn main() -> ExitCode {
     }
     match cli.command {
         Some(Command::Crds(args)) => report(crds::run(&args)),
-        Some(Command::Rbac(args)) => report(caplv::rbac::run(args.out_dir.as_deref())),
+        Some(Command::Rbac(args)) => report(caplv::cmd::rbac::run(args.out_dir.as_deref())),
         Some(Command::Schedule(args)) => schedule(&args),
-        Some(Command::Ignition(IgnitionCommand::Render(args))) => report(caplv::ignition_render::run(&args)),
-        Some(Command::Sandbox(args)) => log_outcome(caplv::sandbox::run(args).await),
+        Some(Command::Ignition(IgnitionCommand::Render(args))) => report(caplv::cmd::ignition_render::run(&args)),
+        Some(Command::Sandbox(args)) => log_outcome(caplv::cmd::sandbox::run(args).await),
         Some(Command::Run(args)) => log_outcome(run(args).await),
         None => log_outcome(run(cli.run).await),
     }
@@ -59,7 +59,7 @@ fn log_outcome(result: anyhow::Result<()>) -> ExitCode {
 /// `schedule`: one JSON line on stdout, or the error on stderr with exit code 2.
 fn schedule(args: &ScheduleArgs) -> ExitCode {
     let at = args.at.map_or_else(chrono::Utc::now, |t| t.with_timezone(&chrono::Utc));
-    match caplv::schedule_query::answer(args, at) {
+    match caplv::cmd::schedule_query::answer(args, at) {
         Ok(line) => {
             println!("{line}");
             ExitCode::SUCCESS

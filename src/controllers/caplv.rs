@@ -9,11 +9,9 @@ use kube::runtime::{controller::Controller, watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    Context, csr_approver, libvirt_cluster, libvirt_host, libvirt_machine, node_link, placement::Placement,
-    self_managed_control_plane,
-};
-use crate::{api::libvirt_machine::LibvirtMachine, health::Readiness};
+use super::{csr_approver, libvirt_cluster, libvirt_host, libvirt_machine, node_link, self_managed_control_plane};
+use crate::reconcile::{Context, placement::Placement};
+use crate::{api::libvirt_machine::LibvirtMachine, app::health::Readiness};
 
 /// Spawn the family's controllers; each task ends after `shutdown`.
 pub fn spawn(ctx: &Arc<Context>, readiness: &Readiness, shutdown: &CancellationToken) -> Vec<JoinHandle<()>> {

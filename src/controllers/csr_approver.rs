@@ -23,10 +23,10 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Context, publish_event};
+use crate::reconcile::{Context, publish_event};
 use crate::{
     api::{common::MachineAddressType, libvirt_machine::LibvirtMachine},
-    health::Readiness,
+    app::health::Readiness,
     kubelet_csr::{self, Request, Verdict},
 };
 
@@ -69,7 +69,7 @@ impl Error {
     }
 }
 
-impl super::ReconcileError for Error {
+impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
         Error::reason(self)
     }
@@ -251,15 +251,15 @@ pub async fn run(
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let synced = {
         let csrs = csrs.clone();
-        async move { super::wait_synced(&csrs).await }
+        async move { crate::reconcile::wait_synced(&csrs).await }
     };
     let state = Arc::new(State {
         ctx: ctx.clone(),
         machines,
     });
-    super::drive(
+    crate::reconcile::drive(
         controller,
-        super::Readying::new(NAME, synced, readiness, &ctx),
+        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
         reconcile,
         state,
     )

@@ -2,19 +2,12 @@
 //!
 //! Each controller module exposes `run(ctx, readiness, shutdown)`; [`run_families`] starts the
 //! ones that belong to the enabled families and returns when all have stopped.
-
-pub mod capi;
 #[cfg(feature = "caplv")]
 mod caplv;
 #[cfg(feature = "caplv")]
-pub mod control_plane_link;
-#[cfg(feature = "caplv")]
 pub mod csr_approver;
-#[cfg(feature = "caplv")]
-pub mod host_connections;
 #[cfg(feature = "ignition")]
 pub mod ignition_config;
-pub mod kinds;
 #[cfg(feature = "caplv")]
 pub mod libvirt_cluster;
 #[cfg(feature = "caplv")]
@@ -23,33 +16,16 @@ pub mod libvirt_host;
 pub mod libvirt_machine;
 #[cfg(feature = "caplv")]
 pub mod node_link;
-#[cfg(feature = "caplv")]
-pub mod placement;
 #[cfg(feature = "fivespot")]
 pub mod scheduled_machine;
 #[cfg(feature = "caplv")]
 pub mod self_managed_control_plane;
-mod status;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::sync::Arc;
 
-use futures::StreamExt;
-use kube::{
-    Client, Resource, ResourceExt,
-    api::Api,
-    runtime::{
-        controller::{Action as ControllerAction, Controller},
-        events::{Recorder, Reporter},
-        reflector::Store,
-    },
-};
-use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
-use crate::{api::capi::CapiVersion, clock::Clock, endpoint::EndpointProbe, health::Readiness, metrics::Metrics};
-
-pub use status::{apply_status, condition_events, publish_event};
+use crate::{app::health::Readiness, reconcile::Context};
 
 /// The controller families, each switchable at build time (Cargo feature) and at run time (`--controllers`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -115,255 +91,6 @@ impl Family {
             Self::Fivespot => &["scheduledmachine"],
         }
     }
-}
-
-/// The ServiceAccount the chart creates for Cluster API core's access to the workload cluster.
-pub const DEFAULT_WORKLOAD_SERVICE_ACCOUNT: &str = "caplv-workload-access";
-
-/// Run-time settings the controllers share.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
-    /// Only watch this namespace, when set.
-    pub watch_namespace: Option<String>,
-    /// How often a LibvirtCluster's endpoint is probed.
-    pub endpoint_probe_interval: Duration,
-    /// Delay before retrying a reconcile that failed on a transient error.
-    pub error_requeue: Duration,
-    /// How many ScheduledMachines may create their objects at the same time.
-    pub max_concurrent_creations: usize,
-    /// When set (the sandbox's `--libvirt test`), every LibvirtHost is served by a private libvirt
-    /// test driver whose node file lives in this directory, and no host is ever contacted.
-    pub simulated_hosts: Option<std::path::PathBuf>,
-    /// How often a provisioned machine's domain is checked.
-    pub domain_check_interval: Duration,
-    /// Hosts being connected to at the same time, at most.
-    pub max_concurrent_host_connects: usize,
-    /// How long after provisioning a machine's kubelet bootstrap CSR is approved.
-    pub csr_approval_window: Duration,
-    /// The ServiceAccount whose tokens the kubeconfig Secrets of SelfManagedControlPlanes carry.
-    pub workload_service_account: String,
-    /// Its namespace; `None` means the client's default namespace (in a pod, the manager's own).
-    pub workload_service_account_namespace: Option<String>,
-    /// The server those kubeconfigs name when a SelfManagedControlPlane has no `spec.server`;
-    /// `None` means each Cluster's endpoint.
-    pub workload_api_server: Option<String>,
-    /// Lifetime asked for those tokens; a new one is minted when a third of it remains.
-    pub workload_token_lifetime: Duration,
-    /// The CA bundle (PEM) the manager trusts for its API server, written into those
-    /// kubeconfigs. `None` when its client configuration names none (system roots apply).
-    pub api_server_ca: Option<String>,
-}
-
-impl Default for Settings {
-    /// The command line's defaults (a test in `app` keeps the two equal).
-    fn default() -> Self {
-        Self {
-            watch_namespace: None,
-            endpoint_probe_interval: Duration::from_secs(60),
-            error_requeue: Duration::from_secs(10),
-            max_concurrent_creations: 10,
-            simulated_hosts: None,
-            domain_check_interval: Duration::from_secs(60),
-            max_concurrent_host_connects: 16,
-            csr_approval_window: Duration::from_secs(120 * 60),
-            workload_service_account: DEFAULT_WORKLOAD_SERVICE_ACCOUNT.to_owned(),
-            workload_service_account_namespace: None,
-            workload_api_server: None,
-            workload_token_lifetime: Duration::from_secs(24 * 60 * 60),
-            api_server_ca: None,
-        }
-    }
-}
-
-/// Everything a reconcile needs; one per manager, shared by every controller.
-pub struct Context {
-    /// The one Kubernetes client.
-    pub client: Client,
-    /// The one metrics registry.
-    pub metrics: Arc<Metrics>,
-    /// Publishes Kubernetes Events.
-    pub recorder: Recorder,
-    /// Shared settings.
-    pub settings: Settings,
-    /// Checks control plane endpoints.
-    pub probe: Arc<dyn EndpointProbe>,
-    /// The Cluster API core version served by the cluster.
-    pub capi: CapiVersion,
-    /// The clock schedules are evaluated against.
-    pub clock: Arc<dyn Clock>,
-    /// API resources of kinds named in specs, resolved once through discovery.
-    pub kinds: kinds::KindCache,
-    /// One libvirt connection per host, shared by the CAPLV controllers.
-    #[cfg(feature = "caplv")]
-    pub hosts: Arc<host_connections::HostConnections>,
-}
-
-impl Context {
-    /// Build a context; events are reported as `caplv-manager`.
-    pub fn new(
-        client: Client,
-        metrics: Arc<Metrics>,
-        settings: Settings,
-        probe: Arc<dyn EndpointProbe>,
-        capi: CapiVersion,
-        clock: Arc<dyn Clock>,
-        #[cfg(feature = "caplv")] hosts: Arc<host_connections::HostConnections>,
-    ) -> Self {
-        let reporter = Reporter {
-            controller: "caplv-manager".to_owned(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        let recorder = Recorder::new(client.clone(), reporter);
-        let kinds = kinds::KindCache::new(client.clone());
-        Self {
-            client,
-            metrics,
-            recorder,
-            settings,
-            probe,
-            capi,
-            clock,
-            kinds,
-            #[cfg(feature = "caplv")]
-            hosts,
-        }
-    }
-
-    /// An `Api` for `K` scoped to the watch namespace, or to all namespaces.
-    pub fn watched_api<K>(&self) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        match &self.settings.watch_namespace {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        }
-    }
-}
-
-/// Wait until `store` has its first full list; false if its writer went away first.
-///
-/// `Store::wait_until_ready` wakes only the most recent of several concurrent waiters (the
-/// controller itself waits too), so this waits in short rounds, each of which re-registers.
-pub async fn wait_synced<K>(store: &Store<K>) -> bool
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    loop {
-        match tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await {
-            Ok(Ok(())) => return true,
-            Ok(Err(_)) => return false,
-            Err(_) => {}
-        }
-    }
-}
-
-/// How a controller reports readiness: `name` turns ready once `synced` resolves true (usually
-/// [`wait_synced`] on its store, joined with any other cache it reads).
-pub struct Readying<S> {
-    /// Controller name in readiness and metrics.
-    pub name: &'static str,
-    /// Resolves true once the caches are full.
-    pub synced: S,
-    /// Where readiness is recorded.
-    pub readiness: Readiness,
-    /// Where the ready gauge and the reconcile metrics live.
-    pub metrics: Arc<Metrics>,
-    /// Delay before retrying a reconcile that failed.
-    pub error_requeue: Duration,
-}
-
-impl<S> Readying<S> {
-    /// A controller's readiness with the manager's metrics and error requeue.
-    pub fn new(name: &'static str, synced: S, readiness: Readiness, ctx: &Context) -> Self {
-        Self {
-            name,
-            synced,
-            readiness,
-            metrics: ctx.metrics.clone(),
-            error_requeue: ctx.settings.error_requeue,
-        }
-    }
-}
-
-/// What [`drive`] needs to know about a controller's reconcile errors.
-pub trait ReconcileError: std::error::Error + Send + 'static {
-    /// A bounded reason for metrics and logs.
-    fn reason(&self) -> &'static str;
-
-    /// Whether a write lost an optimistic-concurrency race: retried at once, quietly.
-    fn is_conflict(&self) -> bool {
-        false
-    }
-}
-
-/// Drive `controller` until it shuts down: it turns ready as `readying` says, every reconcile
-/// runs in a span naming kind, namespace and name and is counted and timed, a failed one is
-/// logged and retried after `error_requeue` (a write conflict at once), and the ready gauge
-/// drops at the end.
-pub async fn drive<K, Ctx, Fut, E>(
-    controller: Controller<K>,
-    readying: Readying<impl Future<Output = bool> + Send + 'static>,
-    mut reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> Fut,
-    ctx: Arc<Ctx>,
-) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    Fut: Future<Output = Result<ControllerAction, E>> + Send + 'static,
-    E: ReconcileError,
-{
-    let Readying {
-        name,
-        synced,
-        readiness,
-        metrics,
-        error_requeue,
-    } = readying;
-    let ready_metrics = metrics.clone();
-    tokio::spawn(async move {
-        if synced.await {
-            mark_synced(name, &readiness, &ready_metrics);
-        }
-    });
-    let kind = K::kind(&()).into_owned();
-    let timed = metrics.clone();
-    controller
-        .run(
-            move |obj, ctx| {
-                let span =
-                    tracing::info_span!("reconcile", kind = %kind, namespace = obj.namespace(), name = obj.name_any());
-                let metrics = timed.clone();
-                let work = reconcile(obj, ctx);
-                async move {
-                    let timer = metrics.reconcile_started(name);
-                    let result = work.await;
-                    timer.finish(result.as_ref().err().map(ReconcileError::reason));
-                    result
-                }
-                .instrument(span)
-            },
-            move |_obj, err: &E, _ctx| {
-                if err.is_conflict() {
-                    tracing::debug!(error = %err, "write conflict; retrying");
-                    return ControllerAction::requeue(CONFLICT_RETRY);
-                }
-                tracing::warn!(error = %err, reason = err.reason(), "reconcile failed");
-                ControllerAction::requeue(error_requeue)
-            },
-            ctx,
-        )
-        .for_each(|_| futures::future::ready(()))
-        .await;
-    metrics.controller_ready.with_label_values(&[name]).set(0);
-}
-
-/// Retry delay after a write conflict: the newer object is already on its way.
-const CONFLICT_RETRY: Duration = Duration::from_millis(100);
-
-/// Record that `controller`'s caches have synced.
-pub fn mark_synced(controller: &'static str, readiness: &Readiness, metrics: &Metrics) {
-    readiness.mark_ready(controller);
-    metrics.controller_ready.with_label_values(&[controller]).set(1);
 }
 
 /// Run every controller of `families` until `shutdown` is cancelled, then let in-flight

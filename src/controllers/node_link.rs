@@ -22,8 +22,8 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Context, publish_event};
-use crate::{api::libvirt_machine::LibvirtMachine, health::Readiness};
+use crate::reconcile::{Context, publish_event};
+use crate::{api::libvirt_machine::LibvirtMachine, app::health::Readiness};
 
 /// Controller name in metrics and logs.
 pub const NAME: &str = "nodelink";
@@ -59,7 +59,7 @@ impl Error {
     }
 }
 
-impl super::ReconcileError for Error {
+impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
         Error::reason(self)
     }
@@ -185,10 +185,10 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             machines_for_node(&by_node, &n.name_any())
         })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let synced = async move { super::wait_synced(&store).await };
-    super::drive(
+    let synced = async move { crate::reconcile::wait_synced(&store).await };
+    crate::reconcile::drive(
         controller,
-        super::Readying::new(NAME, synced, readiness, &ctx),
+        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
         reconcile,
         ctx,
     )

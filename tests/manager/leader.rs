@@ -3,11 +3,11 @@
 use std::{sync::Arc, time::Duration};
 
 use caplv::{
+    app::leader::LeaderConfig,
     app::{self, ManagerConfig, Shared},
     clock::SystemClock,
     controllers::Family,
     endpoint::AlwaysReachable,
-    leader::LeaderConfig,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;

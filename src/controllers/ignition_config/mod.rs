@@ -78,7 +78,7 @@ use kube::{
 use tokio_util::sync::CancellationToken;
 
 use self::plan::{Existing, Observation, Plan};
-use super::{Context, apply_status, publish_event, wait_synced};
+use crate::reconcile::{Context, apply_status, publish_event, wait_synced};
 use crate::{
     api::{
         CLUSTER_NAME_LABEL, PAUSED_ANNOTATION,
@@ -86,7 +86,7 @@ use crate::{
         condition,
         ignition_config::{IgnitionConfig, IgnitionConfigStatus},
     },
-    health::Readiness,
+    app::health::Readiness,
 };
 
 /// Controller name in metrics, logs and readiness.
@@ -137,7 +137,7 @@ impl Error {
     }
 }
 
-impl crate::controllers::ReconcileError for Error {
+impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
         Error::reason(self)
     }
@@ -214,7 +214,7 @@ async fn observe(config: &IgnitionConfig, ctx: &Context) -> Result<Observation, 
 
 /// An Event for each change of the `Ready` or `Paused` condition's status or reason.
 fn transitions(old: &IgnitionConfigStatus, new: &IgnitionConfigStatus) -> Vec<(EventType, String, String)> {
-    super::condition_events(&old.conditions, &new.conditions)
+    crate::reconcile::condition_events(&old.conditions, &new.conditions)
 }
 
 async fn reconcile(config: Arc<IgnitionConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -349,9 +349,9 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let synced = async move { wait_synced(&store).await };
-    super::drive(
+    crate::reconcile::drive(
         controller,
-        super::Readying::new(NAME, synced, readiness, &ctx),
+        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
         reconcile,
         ctx,
     )

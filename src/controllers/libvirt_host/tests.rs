@@ -112,7 +112,7 @@ fn host_key_refusal_reports_the_fingerprint_and_retries_sooner() {
     );
     assert_eq!(down.requeue, FAILURE_RETRY);
     assert_eq!(down.status.capacity, up.status.capacity, "last known capacity is kept");
-    let events = super::super::condition_events(&up.status.conditions, &down.status.conditions);
+    let events = crate::reconcile::condition_events(&up.status.conditions, &down.status.conditions);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].0, EventType::Warning);
 }

@@ -1,4 +1,4 @@
-//! Capacity admission of one machine to its host (the policy is in [`crate::controllers::placement`]).
+//! Capacity admission of one machine to its host (the policy is in [`crate::reconcile::placement`]).
 
 use kube::{ResourceExt, runtime::controller::Action};
 
@@ -11,7 +11,7 @@ use crate::{
         libvirt_host::LibvirtHost,
         libvirt_machine::{LibvirtMachine, LibvirtMachineStatus},
     },
-    controllers::{
+    reconcile::{
         apply_status,
         host_connections::host_id,
         placement::{self, Admission, Candidate, Resources, WAITING_FOR_CAPACITY},

@@ -20,7 +20,7 @@ use crate::api::{
     condition::{self, DesiredCondition, Status},
     libvirt_machine::{LibvirtMachine, ManagedArtifacts},
 };
-use crate::controllers::host_connections::host_id;
+use crate::reconcile::host_connections::host_id;
 
 /// Annotation that lets a machine go without cleaning its (unreachable, gone) host.
 pub const ABANDON_ANNOTATION: &str = "libvirtmachine.infrastructure.cluster.x-k8s.io/abandon-host-artifacts";
@@ -49,7 +49,7 @@ pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Op
             "finalizer dropped without cleaning the host; left behind: {}",
             list(&artifacts)
         );
-        crate::controllers::publish_event(
+        crate::reconcile::publish_event(
             &ctx.recorder,
             &kube::Resource::object_ref(machine, &()),
             EventType::Warning,

@@ -2,7 +2,7 @@
 //!
 //! Provisioning, each step observed before it acts (see [`provision`] for the host side):
 //! owner Machine → Cluster not paused → finalizer → `spec.providerID` → bootstrap data Secret
-//! named by the Machine → host exists and is ready → capacity admitted ([`super::placement`]) →
+//! named by the Machine → host exists and is ready → capacity admitted ([`crate::reconcile::placement`]) →
 //! connection → Ignition rendered for this VM → root disk, Ignition volume, domain defined and
 //! started → `status.ready`, `initialization.provisioned`, addresses.
 //!
@@ -53,7 +53,7 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{
+use crate::reconcile::{
     Context, apply_status,
     host_connections::{HostConnections, SecretReadError, host_id},
     placement::Placement,
@@ -68,7 +68,7 @@ use crate::{
         libvirt_host::LibvirtHost,
         libvirt_machine::{AllocatedResources, LibvirtMachine, LibvirtMachineStatus},
     },
-    health::Readiness,
+    app::health::Readiness,
 };
 
 /// Controller name in metrics and logs.
@@ -139,7 +139,7 @@ impl Error {
     }
 }
 
-impl crate::controllers::ReconcileError for Error {
+impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
         Error::reason(self)
     }
@@ -260,7 +260,10 @@ async fn publish(machine: &LibvirtMachine, state: &State, outcome: Outcome) -> R
         )
         .await
         .map_err(|source| Error::Patch { what: "status", source })?;
-        events.extend(super::condition_events(&before.conditions, &outcome.status.conditions));
+        events.extend(crate::reconcile::condition_events(
+            &before.conditions,
+            &outcome.status.conditions,
+        ));
     }
     let reference: ObjectReference = machine.object_ref(&());
     for (type_, reason, note) in events {
@@ -571,14 +574,14 @@ pub async fn run(
             machines_of_cluster(&by_cluster, c.namespace().as_deref().unwrap_or_default(), &c.name_any())
         })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let synced = async move { super::wait_synced(&store).await };
+    let synced = async move { crate::reconcile::wait_synced(&store).await };
     let state = Arc::new(State {
         ctx: ctx.clone(),
         shared,
     });
-    super::drive(
+    crate::reconcile::drive(
         controller,
-        super::Readying::new(NAME, synced, readiness, &ctx),
+        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
         reconcile,
         state,
     )

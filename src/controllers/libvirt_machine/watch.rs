@@ -8,7 +8,7 @@ use crate::{
         condition::{self, Status},
         libvirt_machine::LibvirtMachine,
     },
-    controllers::host_connections::host_id,
+    reconcile::host_connections::host_id,
 };
 
 /// After provisioning: check the domain, restart it if it stopped, report it if it vanished.

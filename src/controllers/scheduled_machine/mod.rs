@@ -35,14 +35,14 @@ use kube::{
 use tokio_util::sync::CancellationToken;
 
 use self::plan::{Action, Decision, decide};
-use super::{Context, apply_status, publish_event, wait_synced};
+use crate::reconcile::{Context, apply_status, publish_event, wait_synced};
 use crate::{
     api::{
         ScheduledMachine,
         capi::{DecodeError, MachineView},
         scheduled_machine::{Phase, ScheduledMachineStatus},
     },
-    health::Readiness,
+    app::health::Readiness,
     schedule::ScheduleError,
 };
 
@@ -89,7 +89,7 @@ pub enum Error {
     NameConflict(String),
     /// A kind named in the spec is not served.
     #[error(transparent)]
-    Kind(#[from] super::kinds::Error),
+    Kind(#[from] crate::reconcile::kinds::Error),
     /// A template did not form a valid object.
     #[error("cannot build an object from the spec: {0}")]
     Build(#[source] serde_json::Error),
@@ -118,7 +118,7 @@ impl Error {
     }
 }
 
-impl crate::controllers::ReconcileError for Error {
+impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
         Error::reason(self)
     }
@@ -352,9 +352,9 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
         gate,
         phases: Mutex::default(),
     });
-    super::drive(
+    crate::reconcile::drive(
         controller,
-        super::Readying::new(NAME, synced, readiness, &ctx),
+        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
         reconcile,
         state,
     )

@@ -62,14 +62,14 @@ use self::{
     kubeconfig::Access,
     plan::{Decision, Existing, Lease, Outcome},
 };
-use super::{Context, apply_status, publish_event, wait_synced};
+use crate::reconcile::{Context, apply_status, publish_event, wait_synced};
 use crate::{
     api::{
         CLUSTER_NAME_LABEL, LibvirtCluster, PAUSED_ANNOTATION,
         capi::{ClusterView, DecodeError, GROUP as CAPI_GROUP},
         self_managed_control_plane::{Reason, SelfManagedControlPlane},
     },
-    health::Readiness,
+    app::health::Readiness,
 };
 
 /// Controller name in metrics, logs and readiness.
@@ -137,7 +137,7 @@ impl Error {
     }
 }
 
-impl super::ReconcileError for Error {
+impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
         Error::reason(self)
     }
@@ -359,7 +359,7 @@ async fn apply(obj: &SelfManagedControlPlane, ctx: &Context) -> Result<Action, E
         apply_status(&api, &obj.name_any(), FIELD_MANAGER, &status)
             .await
             .map_err(Error::PatchStatus)?;
-        events = super::condition_events(&current.conditions, &status.conditions);
+        events = crate::reconcile::condition_events(&current.conditions, &status.conditions);
     }
     if minted
         && events.is_empty()
@@ -487,9 +487,9 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let synced = async move { wait_synced(&store).await };
-    super::drive(
+    crate::reconcile::drive(
         controller,
-        super::Readying::new(NAME, synced, readiness, &ctx),
+        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
         reconcile,
         ctx,
     )

@@ -9,8 +9,9 @@ use capi_sim::{CapiVersions, Simulator, SimulatorHandle};
 use caplv::{
     app::{self, ManagerConfig, Shared},
     clock::OffsetClock,
-    controllers::{Family, Settings},
+    controllers::Family,
     endpoint::TcpProbe,
+    reconcile::Settings,
 };
 use kube::Client;
 use tokio_util::sync::CancellationToken;
@@ -139,15 +140,15 @@ impl Env {
     }
 
     /// Stop everything; the manager must exit cleanly and must not have made a request its
-    /// RBAC rules do not allow (memkube: checked against `src/rbac.rs`; genuine: no 403 in the
+    /// RBAC rules do not allow (memkube: checked against `src/cmd/rbac.rs`; genuine: no 403 in the
     /// API server's audit log, under the chart's RBAC).
     pub async fn stop(self) {
         if let Backend::Memkube { server, .. } = &self.backend {
             let used = server.requests_by(MANAGER_USER);
-            let missing = caplv::rbac::uncovered(&Family::compiled(), &used);
+            let missing = caplv::cmd::rbac::uncovered(&Family::compiled(), &used);
             assert!(
                 missing.is_empty(),
-                "the manager made requests its RBAC rules (src/rbac.rs) do not allow: {missing:?}"
+                "the manager made requests its RBAC rules (src/cmd/rbac.rs) do not allow: {missing:?}"
             );
         }
         self.shutdown.cancel();
@@ -173,7 +174,7 @@ async fn start_memkube(versions: CapiVersions, kubelet: capi_sim::KubeletMode) -
         &client,
         &format!(
             "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {}, namespace: default}}\n",
-            caplv::controllers::DEFAULT_WORKLOAD_SERVICE_ACCOUNT
+            caplv::reconcile::DEFAULT_WORKLOAD_SERVICE_ACCOUNT
         ),
     )
     .await;

@@ -4,7 +4,7 @@
 //! creates nothing outside Kubernetes.
 //!
 //! - **Connections** come from the cache shared with the LibvirtMachine controller
-//!   ([`super::host_connections`]): one per host, rebuilt when the URI, the host key settings or
+//!   ([`crate::reconcile::host_connections`]): one per host, rebuilt when the URI, the host key settings or
 //!   the key Secret change, or when it dies. Every blocking libvirt call runs in `spawn_blocking`.
 //! - **Capacity.** `total` is what the host reports; `available` is total minus
 //!   `spec.reservedResources` minus what this manager's LibvirtMachines on the host have been
@@ -42,8 +42,8 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-pub use super::host_connections::{Failure, SECRET_KEY};
-use super::{
+pub use crate::reconcile::host_connections::{Failure, SECRET_KEY};
+use crate::reconcile::{
     Context, apply_status,
     host_connections::{HostConnections, HostId, SecretReadError, host_id},
     placement::{self, Placement, Resources},
@@ -55,7 +55,7 @@ use crate::{
         libvirt_host::{HostCapacity, LibvirtHost, LibvirtHostSpec, LibvirtHostStatus},
         libvirt_machine::LibvirtMachine,
     },
-    health::Readiness,
+    app::health::Readiness,
     libvirt::hypervisor::HostInfo,
 };
 
@@ -91,7 +91,7 @@ impl Error {
     }
 }
 
-impl super::ReconcileError for Error {
+impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
         Error::reason(self)
     }
@@ -278,7 +278,7 @@ async fn apply(host: &LibvirtHost, state: &State) -> Result<Action, Error> {
             .await
             .map_err(Error::PatchStatus)?;
         let reference: ObjectReference = host.object_ref(&());
-        for (type_, reason, note) in super::condition_events(&current.conditions, &plan.status.conditions) {
+        for (type_, reason, note) in crate::reconcile::condition_events(&current.conditions, &plan.status.conditions) {
             publish_event(&state.ctx.recorder, &reference, type_, &reason, "Reconcile", note).await;
         }
     }
@@ -331,16 +331,16 @@ pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdo
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let synced = {
         let store = store.clone();
-        async move { super::wait_synced(&store).await }
+        async move { crate::reconcile::wait_synced(&store).await }
     };
     let state = Arc::new(State {
         ctx: ctx.clone(),
         store,
         shared,
     });
-    super::drive(
+    crate::reconcile::drive(
         controller,
-        super::Readying::new(NAME, synced, readiness, &ctx),
+        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
         reconcile,
         state.clone(),
     )

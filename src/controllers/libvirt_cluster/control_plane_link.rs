@@ -18,11 +18,11 @@ use kube::{
     runtime::events::EventType,
 };
 
-use super::{Context, publish_event};
 use crate::api::{
     CLUSTER_NAME_LABEL, SelfManagedControlPlane,
     capi::{self, ClusterView, ContractRef, DecodeError},
 };
+use crate::reconcile::{Context, publish_event};
 
 /// Field manager of the SelfManagedControlPlanes created for Clusters.
 pub const FIELD_MANAGER: &str = "caplv-manager/control-plane-link";

@@ -10,13 +10,18 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     cli::RunArgs,
     clock::{Clock, SystemClock},
-    controllers::{self, Context, Family, Settings},
+    controllers::{self, Family},
     endpoint::{EndpointProbe, TcpProbe},
-    health::Readiness,
-    http,
-    leader::{self, LeaderConfig},
     metrics::Metrics,
+    reconcile::{Context, Settings},
 };
+
+pub mod health;
+pub mod http;
+pub mod leader;
+
+use health::Readiness;
+use leader::LeaderConfig;
 
 /// How often to look for Cluster API core while it is not installed.
 const CAPI_DISCOVERY_INTERVAL: Duration = Duration::from_secs(10);
@@ -106,7 +111,7 @@ pub struct Shared {
     pub readiness: Readiness,
     /// The one libvirt connection per host (tests and the sandbox inspect hosts through it).
     #[cfg(feature = "caplv")]
-    pub hosts: Arc<crate::controllers::host_connections::HostConnections>,
+    pub hosts: Arc<crate::reconcile::host_connections::HostConnections>,
 }
 
 impl Shared {
@@ -205,7 +210,7 @@ pub async fn run(
 
     let families: Vec<&str> = config.families.iter().map(|f| f.as_str()).collect();
     tracing::info!(?families, "controller families enabled");
-    let Some(capi) = controllers::capi::wait_for(&client, CAPI_DISCOVERY_INTERVAL, &shutdown).await else {
+    let Some(capi) = crate::reconcile::capi::wait_for(&client, CAPI_DISCOVERY_INTERVAL, &shutdown).await else {
         return finish(server).await;
     };
 

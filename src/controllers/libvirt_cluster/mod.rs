@@ -9,6 +9,8 @@
 //! successful probe, as the CAPI contract wants a one-time provisioning signal; the `Ready`
 //! condition keeps tracking whether the endpoint answers now.
 
+pub mod control_plane_link;
+
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{
@@ -28,7 +30,7 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Context, apply_status, control_plane_link, publish_event};
+use crate::reconcile::{Context, apply_status, publish_event};
 use crate::{
     api::{
         PAUSED_ANNOTATION,
@@ -37,7 +39,7 @@ use crate::{
         condition::{self, DesiredCondition, Status},
         libvirt_cluster::{LibvirtCluster, LibvirtClusterStatus, Reason},
     },
-    health::Readiness,
+    app::health::Readiness,
 };
 
 /// Controller name in metrics and logs.
@@ -80,7 +82,7 @@ impl Error {
     }
 }
 
-impl super::ReconcileError for Error {
+impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
         Error::reason(self)
     }
@@ -272,7 +274,7 @@ async fn observe(obj: &LibvirtCluster, ctx: &Context) -> Observation {
 
 /// An Event for each change of the `Ready` or `Paused` condition status.
 fn transitions(old: &LibvirtClusterStatus, new: &LibvirtClusterStatus) -> Vec<(EventType, String, String)> {
-    super::condition_events(&old.conditions, &new.conditions)
+    crate::reconcile::condition_events(&old.conditions, &new.conditions)
 }
 
 async fn reconcile(obj: Arc<LibvirtCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -333,10 +335,10 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let store = controller.store();
-    let synced = async move { super::wait_synced(&store).await };
-    super::drive(
+    let synced = async move { crate::reconcile::wait_synced(&store).await };
+    crate::reconcile::drive(
         controller,
-        super::Readying::new(NAME, synced, readiness, &ctx),
+        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
         reconcile,
         ctx,
     )

@@ -14,15 +14,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     api,
+    app::health::Readiness,
     app::{self, ManagerConfig, Shared},
     cli::{ControlPlaneMode, LibvirtMode, SandboxArgs},
     endpoint::{AlwaysReachable, EndpointProbe, TcpProbe},
-    health::Readiness,
 };
 
 /// How long start-up may take before the sandbox gives up.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+pub mod demo;
 mod genuine;
 
 /// A running sandbox.
@@ -36,7 +37,7 @@ pub struct Sandbox {
     /// What the manager shares (its libvirt connections, metrics).
     pub shared: Shared,
     /// The settings the controllers run with.
-    pub settings: crate::controllers::Settings,
+    pub settings: crate::reconcile::Settings,
     /// Node files of the simulated libvirt hosts (`--libvirt test`); removed on drop.
     _hosts: Option<tempfile::TempDir>,
 }
@@ -226,7 +227,7 @@ impl Sandbox {
 /// can mint its token here too.
 async fn create_workload_service_account(
     client: &kube::Client,
-    settings: &crate::controllers::Settings,
+    settings: &crate::reconcile::Settings,
 ) -> anyhow::Result<()> {
     let namespace = settings
         .workload_service_account_namespace
@@ -311,7 +312,7 @@ pub(crate) fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()
 /// When start-up fails.
 pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
     if args.demo {
-        return crate::demo::run(args).await;
+        return crate::cmd::sandbox::demo::run(args).await;
     }
     let shutdown = app::shutdown_on_signals();
     let sandbox = Sandbox::start(&args).await?;

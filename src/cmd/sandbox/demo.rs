@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 
 use crate::{
     cli::{ControlPlaneMode, SandboxArgs},
+    cmd::sandbox::Sandbox,
     controllers::Family,
-    sandbox::Sandbox,
 };
 
 const NS: &str = "default";
@@ -41,20 +41,23 @@ const PACE: Duration = Duration::from_millis(400);
 const SEED: [(&str, &str); 5] = [
     (
         "01-libvirtcluster.yaml",
-        include_str!("../examples/seed/01-libvirtcluster.yaml"),
+        include_str!("../../../examples/seed/01-libvirtcluster.yaml"),
     ),
     (
         "02-libvirthost.yaml",
-        include_str!("../examples/seed/02-libvirthost.yaml"),
+        include_str!("../../../examples/seed/02-libvirthost.yaml"),
     ),
-    ("03-cluster.yaml", include_str!("../examples/seed/03-cluster.yaml")),
+    (
+        "03-cluster.yaml",
+        include_str!("../../../examples/seed/03-cluster.yaml"),
+    ),
     (
         "04-secret-worker-ignition.yaml",
-        include_str!("../examples/seed/04-secret-worker-ignition.yaml"),
+        include_str!("../../../examples/seed/04-secret-worker-ignition.yaml"),
     ),
     (
         "05-scheduledmachine.yaml",
-        include_str!("../examples/seed/05-scheduledmachine.yaml"),
+        include_str!("../../../examples/seed/05-scheduledmachine.yaml"),
     ),
 ];
 
@@ -319,7 +322,7 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
         }
     });
     let sb = Sandbox::start(&args).await?;
-    crate::sandbox::write_atomically(&args.kubeconfig_out, &sb.kubeconfig())?;
+    crate::cmd::sandbox::write_atomically(&args.kubeconfig_out, &sb.kubeconfig())?;
     n.say(format!(
         "ready: API server {}, kubeconfig {} (kubectl works while the demo runs)",
         sb.api_url(),

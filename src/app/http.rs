@@ -5,7 +5,7 @@ use std::{future::Future, net::SocketAddr, sync::Arc};
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 use tokio::net::TcpListener;
 
-use crate::{health::Readiness, metrics::Metrics};
+use crate::{app::health::Readiness, metrics::Metrics};
 
 #[derive(Clone)]
 struct AppState {
