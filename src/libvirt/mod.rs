@@ -3,6 +3,8 @@
 //! libvirt RPC from the manager to a host with its host key pinned.
 
 pub mod domain_xml;
+#[cfg(test)]
+pub mod fake;
 pub mod hypervisor;
 pub mod identity;
 pub mod simulated;

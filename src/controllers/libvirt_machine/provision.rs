@@ -327,3 +327,6 @@ pub fn leftovers(hv: &dyn Hypervisor, artifacts: &ManagedArtifacts, uuid: Uuid) 
     }
     Ok(left)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,598 @@
+//! An in-memory [`Hypervisor`] for unit tests (test builds only).
+//!
+//! It models the trait's documented contract, nothing more, so the controllers' host-side
+//! decisions (look before acting, reruns after a failure at any step, foreign objects left alone)
+//! can be tested without libvirt:
+//! - lookups return `Ok(None)` for a missing object; a missing pool in any volume operation is
+//!   [`HypervisorError::StoragePoolNotFound`];
+//! - creators never overwrite ([`HypervisorError::AlreadyExists`]); `define_and_start` also refuses
+//!   an existing UUID;
+//! - `start` of a running and `destroy` of a stopped domain succeed; `destroy`,
+//!   `undefine_with_nvram`, `delete_volume` and `upload_volume` on a missing object are
+//!   [`HypervisorError::NotFound`]; `clone_volume` from a missing source is
+//!   [`HypervisorError::BaseImageNotFound`];
+//! - uploads write at the start of the volume and keep the bytes past their length; downloads
+//!   return at most `max_len` bytes.
+//!
+//! Where the contract is silent the fake follows libvirt: volume operations in an inactive pool
+//! fail (`OperationInvalid`), and undefining a running domain leaves it running as a transient
+//! domain that disappears when destroyed.
+//!
+//! A volume's content is the bytes written to it: a fresh volume holds as many zeros as its XML's
+//! `<allocation>` (a preallocated raw file), a clone holds its source's bytes.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Mutex, MutexGuard, PoisonError},
+};
+
+use uuid::Uuid;
+
+use super::{
+    domain_xml::DomainXml,
+    hypervisor::{
+        DomainInfo, DomainState, HostInfo, HvResult, Hypervisor, HypervisorError, ObjectKind, PoolInfo, VolumeInfo,
+        VolumeRef,
+    },
+    volume_xml::VolumeXml,
+    xml::{XmlInputError, element_text},
+};
+
+/// Names one [`Hypervisor`] method, for [`FakeHypervisor::fail_next`] and
+/// [`FakeHypervisor::calls`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// [`Hypervisor::capabilities`].
+    Capabilities,
+    /// [`Hypervisor::list_domains`].
+    ListDomains,
+    /// [`Hypervisor::domain`].
+    Domain,
+    /// [`Hypervisor::define_and_start`].
+    DefineAndStart,
+    /// [`Hypervisor::start`].
+    Start,
+    /// [`Hypervisor::destroy`].
+    Destroy,
+    /// [`Hypervisor::undefine_with_nvram`].
+    UndefineWithNvram,
+    /// [`Hypervisor::pool`].
+    Pool,
+    /// [`Hypervisor::list_volumes`].
+    ListVolumes,
+    /// [`Hypervisor::volume`].
+    Volume,
+    /// [`Hypervisor::create_volume`].
+    CreateVolume,
+    /// [`Hypervisor::clone_volume`].
+    CloneVolume,
+    /// [`Hypervisor::upload_volume`].
+    UploadVolume,
+    /// [`Hypervisor::download_volume`].
+    DownloadVolume,
+    /// [`Hypervisor::delete_volume`].
+    DeleteVolume,
+}
+
+struct Volume {
+    capacity: u64,
+    allocation: u64,
+    bytes: Vec<u8>,
+}
+
+struct Pool {
+    path: String,
+    active: bool,
+    volumes: BTreeMap<String, Volume>,
+}
+
+impl Pool {
+    fn volume_path(&self, name: &str) -> String {
+        format!("{}/{name}", self.path.trim_end_matches('/'))
+    }
+
+    fn info(&self, name: &str, v: &Volume) -> VolumeInfo {
+        VolumeInfo {
+            name: name.to_owned(),
+            path: self.volume_path(name),
+            capacity: v.capacity,
+            allocation: v.allocation,
+        }
+    }
+}
+
+struct Domain {
+    uuid: Uuid,
+    state: DomainState,
+    persistent: bool,
+    xml: String,
+}
+
+#[derive(Default)]
+struct State {
+    pools: BTreeMap<String, Pool>,
+    domains: BTreeMap<String, Domain>,
+    calls: HashMap<Op, usize>,
+    failures: HashMap<Op, HypervisorError>,
+}
+
+impl State {
+    /// Counts the call and hands out an injected failure, before anything changes.
+    fn enter(&mut self, op: Op) -> HvResult<()> {
+        *self.calls.entry(op).or_default() += 1;
+        self.failures.remove(&op).map_or(Ok(()), Err)
+    }
+
+    /// The pool for a volume operation: libvirt refuses those in a stopped pool.
+    fn active_pool(&mut self, name: &str, operation: &'static str) -> HvResult<&mut Pool> {
+        let pool = self
+            .pools
+            .get_mut(name)
+            .ok_or_else(|| HypervisorError::StoragePoolNotFound { pool: name.to_owned() })?;
+        if pool.active {
+            Ok(pool)
+        } else {
+            Err(HypervisorError::Libvirt {
+                operation,
+                code: "OperationInvalid".to_owned(),
+                message: format!("storage pool '{name}' is not active"),
+            })
+        }
+    }
+
+    fn domain_mut(&mut self, name: &str) -> HvResult<&mut Domain> {
+        self.domains
+            .get_mut(name)
+            .ok_or_else(|| not_found(ObjectKind::Domain, name))
+    }
+}
+
+fn not_found(kind: ObjectKind, name: &str) -> HypervisorError {
+    HypervisorError::NotFound {
+        kind,
+        name: name.to_owned(),
+    }
+}
+
+fn exists(kind: ObjectKind, name: &str) -> HypervisorError {
+    HypervisorError::AlreadyExists {
+        kind,
+        name: name.to_owned(),
+    }
+}
+
+fn invalid(field: &'static str, reason: &str) -> HypervisorError {
+    HypervisorError::InvalidInput(XmlInputError::InvalidValue {
+        field,
+        reason: reason.to_owned(),
+    })
+}
+
+fn domain_info(name: &str, d: &Domain) -> DomainInfo {
+    DomainInfo {
+        name: name.to_owned(),
+        uuid: d.uuid,
+        state: d.state,
+        persistent: d.persistent,
+    }
+}
+
+/// A byte count from a `<tag unit='bytes'>N</tag>` element (the form the volume builders write).
+fn bytes_element(xml: &str, tag: &'static str) -> HvResult<Option<u64>> {
+    element_text(xml, &[tag])
+        .map(|t| {
+            t.parse()
+                .map_err(|_| invalid(tag, &format!("{t:?} is not a byte count")))
+        })
+        .transpose()
+}
+
+/// A volume as libvirt would create it from `vol.xml`.
+fn new_volume(vol: &VolumeXml) -> HvResult<Volume> {
+    let capacity = bytes_element(&vol.xml, "capacity")?.ok_or_else(|| invalid("capacity", "missing"))?;
+    let allocation = bytes_element(&vol.xml, "allocation")?.unwrap_or(0).min(capacity);
+    Ok(Volume {
+        capacity,
+        allocation,
+        bytes: vec![0; usize::try_from(allocation).unwrap_or(0)],
+    })
+}
+
+/// An in-memory hypervisor holding pools, their volumes and domains. Cheap to build per test.
+#[derive(Default)]
+pub struct FakeHypervisor {
+    state: Mutex<State>,
+}
+
+impl FakeHypervisor {
+    /// A host with nothing on it.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A poisoned lock only means another test thread panicked; the state is still usable.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a pool whose volumes live under `path`.
+    #[must_use]
+    pub fn with_pool(self, name: &str, path: &str, active: bool) -> Self {
+        self.lock().pools.insert(
+            name.to_owned(),
+            Pool {
+                path: path.to_owned(),
+                active,
+                volumes: BTreeMap::new(),
+            },
+        );
+        self
+    }
+
+    /// Adds an empty volume of `capacity` bytes (e.g. a base image). Panics without the pool: a
+    /// test that sets up a volume nowhere is wrong.
+    #[must_use]
+    pub fn with_volume(self, pool: &str, name: &str, capacity: u64) -> Self {
+        let volume = Volume {
+            capacity,
+            allocation: 0,
+            bytes: Vec::new(),
+        };
+        match self.lock().pools.get_mut(pool) {
+            Some(p) => p.volumes.insert(name.to_owned(), volume),
+            None => panic!("with_volume: no pool {pool:?}"),
+        };
+        self
+    }
+
+    /// A persistent domain someone else defined (no XML), replacing any of that name.
+    pub fn insert_domain(&self, name: &str, uuid: Uuid, state: DomainState) {
+        self.lock().domains.insert(
+            name.to_owned(),
+            Domain {
+                uuid,
+                state,
+                persistent: true,
+                xml: String::new(),
+            },
+        );
+    }
+
+    /// Changes a domain's state behind the controller's back (a guest shut down, crashed).
+    /// Panics if there is no such domain, so a typo cannot make a test pass.
+    pub fn set_domain_state(&self, name: &str, state: DomainState) {
+        match self.lock().domains.get_mut(name) {
+            Some(d) => d.state = state,
+            None => panic!("set_domain_state: no domain {name:?}"),
+        }
+    }
+
+    /// The VM vanished (undefined by someone else). Panics if there is no such domain.
+    pub fn remove_domain(&self, name: &str) {
+        if self.lock().domains.remove(name).is_none() {
+            panic!("remove_domain: no domain {name:?}");
+        }
+    }
+
+    /// Starts or stops a pool. Panics if there is no such pool.
+    pub fn set_pool_active(&self, name: &str, active: bool) {
+        match self.lock().pools.get_mut(name) {
+            Some(p) => p.active = active,
+            None => panic!("set_pool_active: no pool {name:?}"),
+        }
+    }
+
+    /// The next call of `op` returns `err` and changes nothing; later calls behave normally.
+    pub fn fail_next(&self, op: Op, err: HypervisorError) {
+        self.lock().failures.insert(op, err);
+    }
+
+    /// How often `op` was called, failed calls included.
+    #[must_use]
+    pub fn calls(&self, op: Op) -> usize {
+        self.lock().calls.get(&op).copied().unwrap_or(0)
+    }
+
+    /// Every domain, by name.
+    #[must_use]
+    pub fn domains(&self) -> Vec<DomainInfo> {
+        self.lock().domains.iter().map(|(n, d)| domain_info(n, d)).collect()
+    }
+
+    /// The XML a domain was defined with (empty for [`Self::insert_domain`]'s).
+    #[must_use]
+    pub fn domain_xml(&self, name: &str) -> Option<String> {
+        self.lock().domains.get(name).map(|d| d.xml.clone())
+    }
+
+    /// Names of the volumes in `pool`, sorted. Panics if there is no such pool.
+    #[must_use]
+    pub fn volume_names(&self, pool: &str) -> Vec<String> {
+        match self.lock().pools.get(pool) {
+            Some(p) => p.volumes.keys().cloned().collect(),
+            None => panic!("volume_names: no pool {pool:?}"),
+        }
+    }
+
+    /// A volume's whole content, if the volume exists.
+    #[must_use]
+    pub fn volume_bytes(&self, pool: &str, name: &str) -> Option<Vec<u8>> {
+        self.lock()
+            .pools
+            .get(pool)
+            .and_then(|p| p.volumes.get(name))
+            .map(|v| v.bytes.clone())
+    }
+}
+
+impl Hypervisor for FakeHypervisor {
+    fn capabilities(&self) -> HvResult<HostInfo> {
+        self.lock().enter(Op::Capabilities)?;
+        Ok(HostInfo {
+            libvirt_version: "9.0.0".to_owned(),
+            driver: "QEMU".to_owned(),
+            hypervisor_version: "10.0.2".to_owned(),
+            kvm_available: true,
+            cpus: 16,
+            memory_mib: 31_560,
+            free_memory_mib: Some(16_384),
+        })
+    }
+
+    fn list_domains(&self) -> HvResult<Vec<String>> {
+        let mut s = self.lock();
+        s.enter(Op::ListDomains)?;
+        Ok(s.domains.keys().cloned().collect())
+    }
+
+    fn domain(&self, name: &str) -> HvResult<Option<DomainInfo>> {
+        let mut s = self.lock();
+        s.enter(Op::Domain)?;
+        Ok(s.domains.get(name).map(|d| domain_info(name, d)))
+    }
+
+    fn define_and_start(&self, def: &DomainXml) -> HvResult<DomainInfo> {
+        let mut s = self.lock();
+        s.enter(Op::DefineAndStart)?;
+        // libvirt defines what the XML says, so read name and UUID from it, not from the fields.
+        let name = element_text(&def.xml, &["name"]).ok_or_else(|| invalid("domain XML", "no <name>"))?;
+        let uuid = element_text(&def.xml, &["uuid"])
+            .and_then(|u| Uuid::parse_str(&u).ok())
+            .ok_or_else(|| invalid("domain XML", "no valid <uuid>"))?;
+        if name != def.name || uuid != def.uuid {
+            return Err(invalid(
+                "domain XML",
+                "its <name>/<uuid> differ from the DomainXml fields",
+            ));
+        }
+        if s.domains.contains_key(&name) || s.domains.values().any(|d| d.uuid == uuid) {
+            return Err(exists(ObjectKind::Domain, &name));
+        }
+        let d = Domain {
+            uuid,
+            state: DomainState::Running,
+            persistent: true,
+            xml: def.xml.clone(),
+        };
+        let info = domain_info(&name, &d);
+        s.domains.insert(name, d);
+        Ok(info)
+    }
+
+    fn start(&self, name: &str) -> HvResult<()> {
+        let mut s = self.lock();
+        s.enter(Op::Start)?;
+        let d = s.domain_mut(name)?;
+        if !d.state.is_active() {
+            d.state = DomainState::Running;
+        }
+        Ok(())
+    }
+
+    fn destroy(&self, name: &str) -> HvResult<()> {
+        let mut s = self.lock();
+        s.enter(Op::Destroy)?;
+        let d = s.domain_mut(name)?;
+        if !d.state.is_active() {
+            return Ok(());
+        }
+        if d.persistent {
+            d.state = DomainState::Shutoff;
+        } else {
+            s.domains.remove(name);
+        }
+        Ok(())
+    }
+
+    fn undefine_with_nvram(&self, name: &str) -> HvResult<()> {
+        let mut s = self.lock();
+        s.enter(Op::UndefineWithNvram)?;
+        let d = s.domain_mut(name)?;
+        if d.state.is_active() {
+            d.persistent = false;
+        } else {
+            s.domains.remove(name);
+        }
+        Ok(())
+    }
+
+    fn pool(&self, name: &str) -> HvResult<Option<PoolInfo>> {
+        let mut s = self.lock();
+        s.enter(Op::Pool)?;
+        Ok(s.pools.get(name).map(|p| PoolInfo {
+            path: Some(p.path.clone()),
+            active: p.active,
+        }))
+    }
+
+    fn list_volumes(&self, pool: &str) -> HvResult<Vec<String>> {
+        let mut s = self.lock();
+        s.enter(Op::ListVolumes)?;
+        Ok(s.active_pool(pool, "list volumes")?.volumes.keys().cloned().collect())
+    }
+
+    fn volume(&self, pool: &str, name: &str) -> HvResult<Option<VolumeInfo>> {
+        let mut s = self.lock();
+        s.enter(Op::Volume)?;
+        let p = s.active_pool(pool, "lookup volume")?;
+        Ok(p.volumes.get(name).map(|v| p.info(name, v)))
+    }
+
+    fn create_volume(&self, pool: &str, vol: &VolumeXml) -> HvResult<VolumeInfo> {
+        let mut s = self.lock();
+        s.enter(Op::CreateVolume)?;
+        let p = s.active_pool(pool, "create volume")?;
+        if p.volumes.contains_key(&vol.name) {
+            return Err(exists(ObjectKind::Volume, &format!("{pool}/{}", vol.name)));
+        }
+        let v = new_volume(vol)?;
+        let info = p.info(&vol.name, &v);
+        p.volumes.insert(vol.name.clone(), v);
+        Ok(info)
+    }
+
+    fn clone_volume(&self, pool: &str, vol: &VolumeXml, from: VolumeRef<'_>) -> HvResult<VolumeInfo> {
+        let mut s = self.lock();
+        s.enter(Op::CloneVolume)?;
+        s.active_pool(pool, "clone volume")?;
+        let src = s.active_pool(from.pool, "clone volume")?;
+        let (src_capacity, src_bytes) = match src.volumes.get(from.name) {
+            Some(v) => (v.capacity, v.bytes.clone()),
+            None => {
+                return Err(HypervisorError::BaseImageNotFound {
+                    pool: from.pool.to_owned(),
+                    volume: from.name.to_owned(),
+                });
+            }
+        };
+        let mut v = new_volume(vol)?;
+        let p = s.active_pool(pool, "clone volume")?;
+        if p.volumes.contains_key(&vol.name) {
+            return Err(exists(ObjectKind::Volume, &format!("{pool}/{}", vol.name)));
+        }
+        v.capacity = v.capacity.max(src_capacity);
+        v.allocation = src_bytes.len() as u64;
+        v.bytes = src_bytes;
+        let info = p.info(&vol.name, &v);
+        p.volumes.insert(vol.name.clone(), v);
+        Ok(info)
+    }
+
+    fn upload_volume(&self, pool: &str, name: &str, bytes: &[u8]) -> HvResult<()> {
+        let mut s = self.lock();
+        s.enter(Op::UploadVolume)?;
+        let v = s
+            .active_pool(pool, "upload volume")?
+            .volumes
+            .get_mut(name)
+            .ok_or_else(|| not_found(ObjectKind::Volume, &format!("{pool}/{name}")))?;
+        if v.bytes.len() < bytes.len() {
+            v.bytes.resize(bytes.len(), 0);
+        }
+        v.bytes[..bytes.len()].copy_from_slice(bytes);
+        v.allocation = v.allocation.max(v.bytes.len() as u64);
+        Ok(())
+    }
+
+    fn download_volume(&self, pool: &str, name: &str, max_len: u64) -> HvResult<Vec<u8>> {
+        let mut s = self.lock();
+        s.enter(Op::DownloadVolume)?;
+        let v = s
+            .active_pool(pool, "download volume")?
+            .volumes
+            .get(name)
+            .ok_or_else(|| not_found(ObjectKind::Volume, &format!("{pool}/{name}")))?;
+        let n = v.bytes.len().min(usize::try_from(max_len).unwrap_or(usize::MAX));
+        Ok(v.bytes[..n].to_vec())
+    }
+
+    fn delete_volume(&self, pool: &str, name: &str) -> HvResult<()> {
+        let mut s = self.lock();
+        s.enter(Op::DeleteVolume)?;
+        s.active_pool(pool, "delete volume")?
+            .volumes
+            .remove(name)
+            .map(drop)
+            .ok_or_else(|| not_found(ObjectKind::Volume, &format!("{pool}/{name}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::libvirt::{domain_xml::tests::plan, volume_xml::ignition_volume};
+
+    fn hv() -> FakeHypervisor {
+        FakeHypervisor::new()
+            .with_pool("p", "/pool/", true)
+            .with_volume("p", "base", 100)
+    }
+
+    #[test]
+    fn keeps_the_lookup_and_creator_contract() {
+        let hv = hv();
+        assert_eq!(hv.volume("p", "nope").unwrap(), None);
+        assert_eq!(hv.domain("nope").unwrap(), None);
+        assert!(matches!(
+            hv.volume("q", "x"),
+            Err(HypervisorError::StoragePoolNotFound { .. })
+        ));
+        let ign = ignition_volume("w", 4).unwrap();
+        let info = hv.create_volume("p", &ign).unwrap();
+        assert_eq!((info.path.as_str(), info.capacity), ("/pool/w-ignition.ign", 4));
+        assert_eq!(hv.volume_bytes("p", &ign.name).unwrap(), [0; 4], "preallocated zeros");
+        assert!(matches!(
+            hv.create_volume("p", &ign),
+            Err(HypervisorError::AlreadyExists { .. })
+        ));
+        let from = VolumeRef {
+            pool: "p",
+            name: "gone",
+        };
+        assert!(matches!(
+            hv.clone_volume("p", &ign, from),
+            Err(HypervisorError::BaseImageNotFound { .. })
+        ));
+        hv.upload_volume("p", &ign.name, b"ab").unwrap();
+        assert_eq!(hv.download_volume("p", &ign.name, 3).unwrap(), b"ab\0");
+        assert!(hv.upload_volume("p", "gone", b"x").unwrap_err().is_not_found());
+        assert!(hv.delete_volume("p", "gone").unwrap_err().is_not_found());
+        hv.set_pool_active("p", false);
+        assert!(hv.volume("p", "base").unwrap_err().is_transient());
+    }
+
+    #[test]
+    fn domains_follow_the_contract_and_failures_fire_once() {
+        let hv = hv();
+        let xml = plan().to_xml().unwrap();
+        hv.fail_next(Op::DefineAndStart, invalid("x", "injected"));
+        assert!(hv.define_and_start(&xml).is_err());
+        assert!(hv.domains().is_empty(), "a failed call changes nothing");
+        let d = hv.define_and_start(&xml).unwrap();
+        assert_eq!(
+            (d.name.as_str(), d.uuid, d.state),
+            ("worker-1", xml.uuid, DomainState::Running)
+        );
+        assert_eq!(hv.calls(Op::DefineAndStart), 2);
+        let mut renamed = xml.clone();
+        renamed.name = "other".into();
+        renamed.xml = renamed.xml.replace("<name>worker-1</name>", "<name>other</name>");
+        assert!(matches!(
+            hv.define_and_start(&renamed),
+            Err(HypervisorError::AlreadyExists { .. })
+        ));
+        hv.start("worker-1").unwrap();
+        hv.destroy("worker-1").unwrap();
+        hv.destroy("worker-1").unwrap();
+        assert_eq!(hv.domain("worker-1").unwrap().unwrap().state, DomainState::Shutoff);
+        hv.undefine_with_nvram("worker-1").unwrap();
+        assert!(hv.undefine_with_nvram("worker-1").unwrap_err().is_not_found());
+        assert!(hv.destroy("worker-1").unwrap_err().is_not_found());
+        hv.insert_domain("t", Uuid::nil(), DomainState::Running);
+        hv.undefine_with_nvram("t").unwrap();
+        assert!(!hv.domains()[0].persistent, "a running domain becomes transient");
+        hv.destroy("t").unwrap();
+        assert!(hv.list_domains().unwrap().is_empty());
+    }
+}
