@@ -35,6 +35,7 @@ pub enum Command {
     Rbac(RbacArgs),
     /// Start an in-memory API server with every CRD, a Cluster API simulator and the
     /// controllers; write a kubeconfig once ready; run until SIGINT/SIGTERM.
+    #[cfg(feature = "sandbox")]
     #[command(mut_arg("metrics_addr", |a| a.default_value("127.0.0.1:8080")))]
     Sandbox(SandboxArgs),
     /// Answer "when will my worker run?": evaluate a schedule and print
@@ -210,6 +211,7 @@ pub struct ScheduleArgs {
     pub at: Option<chrono::DateTime<chrono::FixedOffset>>,
 }
 
+#[cfg(feature = "sandbox")]
 /// Options of `sandbox`.
 #[derive(Debug, Args)]
 pub struct SandboxArgs {
@@ -266,6 +268,7 @@ pub struct SandboxArgs {
     pub run: RunArgs,
 }
 
+#[cfg(feature = "sandbox")]
 /// How the sandbox reaches libvirt hosts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LibvirtMode {
@@ -275,6 +278,7 @@ pub enum LibvirtMode {
     Real,
 }
 
+#[cfg(feature = "sandbox")]
 /// Where the sandbox's API server and Cluster API core come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ControlPlaneMode {
@@ -284,6 +288,7 @@ pub enum ControlPlaneMode {
     Real,
 }
 
+#[cfg(feature = "sandbox")]
 /// Cluster API core versions the sandbox can serve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum CapiVersionArg {

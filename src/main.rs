@@ -11,14 +11,13 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    #[cfg_attr(
+        not(feature = "sandbox"),
+        allow(unused_mut, reason = "only the sandbox adjusts logging")
+    )]
     let mut cli = Cli::parse();
-    // The demo narrates on stdout; controller logs would drown it unless asked for.
-    if matches!(&cli.command, Some(Command::Sandbox(a)) if a.demo)
-        && std::env::var_os("CAPLV_LOG").is_none()
-        && cli.log.log_filter == "info"
-    {
-        "error".clone_into(&mut cli.log.log_filter);
-    }
+    #[cfg(feature = "sandbox")]
+    caplv::cmd::sandbox::adjust_logging(cli.command.as_ref(), &mut cli.log);
     if let Err(err) = caplv::telemetry::init(&cli.log) {
         eprintln!("error: invalid --log-filter: {err}");
         return ExitCode::from(2);
@@ -28,6 +27,7 @@ async fn main() -> ExitCode {
         Some(Command::Rbac(args)) => report(caplv::cmd::rbac::run(args.out_dir.as_deref())),
         Some(Command::Schedule(args)) => schedule(&args),
         Some(Command::Ignition(IgnitionCommand::Render(args))) => report(caplv::cmd::ignition_render::run(&args)),
+        #[cfg(feature = "sandbox")]
         Some(Command::Sandbox(args)) => log_outcome(caplv::cmd::sandbox::run(args).await),
         Some(Command::Run(args)) => log_outcome(run(args).await),
         None => log_outcome(run(cli.run).await),

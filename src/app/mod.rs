@@ -68,7 +68,6 @@ impl ManagerConfig {
                 endpoint_probe_interval: args.endpoint_probe_interval(),
                 error_requeue: Duration::from_secs(10),
                 max_concurrent_creations: usize::try_from(args.max_concurrent_creations).unwrap_or(usize::MAX),
-                simulated_hosts: None,
                 domain_check_interval: Duration::from_secs(args.domain_check_interval_seconds),
                 max_concurrent_host_connects: usize::try_from(args.max_concurrent_host_connects).unwrap_or(usize::MAX),
                 csr_approval_window: Duration::from_secs(args.csr_approval_window_minutes * 60),

@@ -3,5 +3,6 @@
 pub mod crds;
 pub mod ignition_render;
 pub mod rbac;
+#[cfg(feature = "sandbox")]
 pub mod sandbox;
 pub mod schedule_query;

@@ -7,6 +7,7 @@ pub mod domain_xml;
 pub mod fake;
 pub mod hypervisor;
 pub mod identity;
+#[cfg(feature = "sandbox")]
 pub mod simulated;
 pub mod ssh;
 pub mod virt_backend;

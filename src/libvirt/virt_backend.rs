@@ -45,18 +45,20 @@ use std::sync::Once;
 
 use uuid::Uuid;
 use virt::connect::Connect;
-use virt::domain::{Domain, DomainState as VirtState};
-use virt::enumutil::Enum;
+use virt::domain::Domain;
 use virt::error::{Error as VirtError, ErrorNumber};
 use virt::storage_pool::StoragePool;
 use virt::storage_vol::StorageVol;
 use virt::stream::Stream;
 use virt::sys;
 
+mod convert;
+
+use convert::{code_name, code_of, convert_state, is_already_exists, is_code, is_unsupported_flags, version_string};
+
 use super::domain_xml::DomainXml;
 use super::hypervisor::{
-    DomainInfo, DomainState, HostInfo, HvResult, Hypervisor, HypervisorError, ObjectKind, PoolInfo, VolumeInfo,
-    VolumeRef,
+    DomainInfo, HostInfo, HvResult, Hypervisor, HypervisorError, ObjectKind, PoolInfo, VolumeInfo, VolumeRef,
 };
 use super::volume_xml::VolumeXml;
 use super::xml::element_text;
@@ -109,55 +111,6 @@ impl Drop for VirtHypervisor {
             let _ = std::panic::catch_unwind(AssertUnwindSafe(move || drop(conn)));
         }
     }
-}
-
-fn code_of(e: &VirtError) -> Option<ErrorNumber> {
-    match e.code() {
-        Enum::Known(k) => Some(k),
-        Enum::Unknown(_) => None,
-    }
-}
-
-fn code_name(e: &VirtError) -> String {
-    match e.code() {
-        Enum::Known(k) => format!("{k:?}"),
-        Enum::Unknown(n) => n.to_string(),
-    }
-}
-
-fn is_code(e: &VirtError, code: ErrorNumber) -> bool {
-    code_of(e) == Some(code)
-}
-
-/// The driver rejected the flags we passed (the test driver does for NVRAM and VALIDATE).
-fn is_unsupported_flags(e: &VirtError) -> bool {
-    matches!(code_of(e), Some(ErrorNumber::InvalidArg | ErrorNumber::NoSupport))
-        && e.message().contains("unsupported flags")
-}
-
-fn is_already_exists(e: &VirtError) -> bool {
-    matches!(code_of(e), Some(ErrorNumber::DomExist | ErrorNumber::StorageVolExist))
-        || (is_code(e, ErrorNumber::OperationFailed)
-            && (e.message().contains("already exists") || e.message().contains("already defined")))
-}
-
-fn convert_state(s: virt::domain::DomainStateEnum) -> DomainState {
-    match s {
-        Enum::Known(VirtState::NoState) => DomainState::NoState,
-        Enum::Known(VirtState::Running) => DomainState::Running,
-        Enum::Known(VirtState::Blocked) => DomainState::Blocked,
-        Enum::Known(VirtState::Paused) => DomainState::Paused,
-        Enum::Known(VirtState::Shutdown) => DomainState::ShuttingDown,
-        Enum::Known(VirtState::Shutoff) => DomainState::Shutoff,
-        Enum::Known(VirtState::Crashed) => DomainState::Crashed,
-        Enum::Known(VirtState::PMSuspended) => DomainState::PmSuspended,
-        Enum::Unknown(_) => DomainState::Unknown,
-    }
-}
-
-/// `major * 1_000_000 + minor * 1_000 + release` → `major.minor.release`.
-fn version_string(v: u32) -> String {
-    format!("{}.{}.{}", v / 1_000_000, (v / 1_000) % 1_000, v % 1_000)
 }
 
 impl VirtHypervisor {

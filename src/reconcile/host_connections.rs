@@ -26,7 +26,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 use tokio::sync::{Mutex as AsyncMutex, Semaphore};
 
-use super::Settings;
 use crate::{
     api::libvirt_host::{LibvirtHost, LibvirtHostSpec},
     libvirt::{
@@ -141,6 +140,26 @@ impl Connection {
     }
 }
 
+/// Where a host's libvirt is reached. The product opens the URI the spec names ([`SpecUri`]);
+/// the sandbox injects private test drivers, so that no address in a manifest is dialled.
+pub trait HostLocator: Send + Sync {
+    /// The libvirt URI to open for `host`, or why there is none.
+    ///
+    /// # Errors
+    /// A failure reported on the host, as any connection failure is.
+    fn uri(&self, host: &LibvirtHost) -> Result<String, Failure>;
+}
+
+/// Every host is reached at `spec.uri`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SpecUri;
+
+impl HostLocator for SpecUri {
+    fn uri(&self, host: &LibvirtHost) -> Result<String, Failure> {
+        Ok(host.spec.uri.clone())
+    }
+}
+
 /// A slot per host; its async lock serialises opening.
 type Slot = Arc<AsyncMutex<Option<Arc<Connection>>>>;
 
@@ -150,6 +169,7 @@ pub const DEFAULT_MAX_CONCURRENT_OPENS: usize = 16;
 /// The connection cache shared by the CAPLV controllers (and, read-only, by tests and the
 /// sandbox, which look at the same simulated hosts through it).
 pub struct HostConnections {
+    locator: Arc<dyn HostLocator>,
     slots: Mutex<HashMap<HostId, Slot>>,
     opening: Semaphore,
     limit: AtomicUsize,
@@ -176,10 +196,18 @@ impl HostConnections {
     pub fn new(max_concurrent_opens: usize) -> Self {
         let limit = max_concurrent_opens.max(1);
         Self {
+            locator: Arc::new(SpecUri),
             slots: Mutex::default(),
             opening: Semaphore::new(limit),
             limit: AtomicUsize::new(limit),
         }
+    }
+
+    /// The same cache, reaching hosts where `locator` says instead of at their spec's URI.
+    #[must_use]
+    pub fn with_locator(mut self, locator: Arc<dyn HostLocator>) -> Self {
+        self.locator = locator;
+        self
     }
 
     /// Change how many connections may be opened at a time (set once at start-up).
@@ -206,22 +234,12 @@ impl HostConnections {
     pub async fn get(
         &self,
         client: &kube::Client,
-        settings: &Settings,
         host: &LibvirtHost,
     ) -> Result<Result<Arc<Connection>, Failure>, SecretReadError> {
         let id = host_id(host);
-        // In the sandbox's test mode the host is a private test driver, whatever the URI names.
-        let spec_uri = match &settings.simulated_hosts {
-            Some(dir) => match crate::libvirt::simulated::host_uri(dir, &id.0, &id.1) {
-                Ok(uri) => uri,
-                Err(e) => {
-                    return Ok(Err(Failure::new(
-                        "HypervisorUnavailable",
-                        format!("cannot prepare the simulated host: {e}"),
-                    )));
-                }
-            },
-            None => host.spec.uri.clone(),
+        let spec_uri = match self.locator.uri(host) {
+            Ok(uri) => uri,
+            Err(failure) => return Ok(Err(failure)),
         };
         let Some(slot) = self.slot(&id) else {
             return Ok(Err(Failure::new("ConnectionFailed", "connection cache is poisoned")));

@@ -45,9 +45,6 @@ pub struct Settings {
     pub error_requeue: Duration,
     /// How many ScheduledMachines may create their objects at the same time.
     pub max_concurrent_creations: usize,
-    /// When set (the sandbox's `--libvirt test`), every LibvirtHost is served by a private libvirt
-    /// test driver whose node file lives in this directory, and no host is ever contacted.
-    pub simulated_hosts: Option<std::path::PathBuf>,
     /// How often a provisioned machine's domain is checked.
     pub domain_check_interval: Duration,
     /// Hosts being connected to at the same time, at most.
@@ -76,7 +73,6 @@ impl Default for Settings {
             endpoint_probe_interval: Duration::from_secs(60),
             error_requeue: Duration::from_secs(10),
             max_concurrent_creations: 10,
-            simulated_hosts: None,
             domain_check_interval: Duration::from_secs(60),
             max_concurrent_host_connects: 16,
             csr_approval_window: Duration::from_secs(120 * 60),

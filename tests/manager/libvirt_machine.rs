@@ -25,7 +25,7 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::support::{Env, apply_yaml, fast_settings, wait_until};
+use crate::support::{Env, apply_yaml, wait_until};
 
 pub(crate) const IGNITION: &str = r#"{"ignition":{"version":"3.4.0"}}"#;
 
@@ -146,13 +146,7 @@ async fn wait_gone(env: &Env, name: &str) {
 /// The manager's own connection to host `name`.
 async fn hv(env: &Env, name: &str) -> Arc<dyn Hypervisor> {
     let host = hosts(&env.client).get(name).await.unwrap();
-    let conn = env
-        .shared
-        .hosts
-        .get(&env.client, &fast_settings(), &host)
-        .await
-        .unwrap()
-        .unwrap();
+    let conn = env.shared.hosts.get(&env.client, &host).await.unwrap().unwrap();
     conn.hypervisor()
 }
 

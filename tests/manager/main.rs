@@ -9,6 +9,7 @@
 
 mod cli;
 mod control_plane_script;
+mod house;
 mod ignition_config;
 mod leader;
 mod libvirt_cluster;

@@ -223,7 +223,7 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
 async fn vm_state(sb: &Sandbox) -> Option<String> {
     let client = sb.client.clone();
     let host: crate::api::LibvirtHost = kube::Api::namespaced(client.clone(), NS).get(HOST).await.ok()?;
-    let conn = sb.shared.hosts.get(&client, &sb.settings, &host).await.ok()?.ok()?;
+    let conn = sb.shared.hosts.get(&client, &host).await.ok()?.ok()?;
     let hv = conn.hypervisor();
     let domain = tokio::task::spawn_blocking(move || hv.domain(NAME))
         .await

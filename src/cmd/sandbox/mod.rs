@@ -16,9 +16,36 @@ use crate::{
     api,
     app::health::Readiness,
     app::{self, ManagerConfig, Shared},
-    cli::{ControlPlaneMode, LibvirtMode, SandboxArgs},
+    cli::{Command, ControlPlaneMode, LibvirtMode, LogArgs, SandboxArgs},
     endpoint::{AlwaysReachable, EndpointProbe, TcpProbe},
+    reconcile::host_connections::{Failure, HostConnections, HostLocator, host_id},
 };
+
+/// The demo narrates on stdout; controller logs would drown it unless asked for.
+pub fn adjust_logging(command: Option<&Command>, log: &mut LogArgs) {
+    if matches!(command, Some(Command::Sandbox(a)) if a.demo)
+        && std::env::var_os("CAPLV_LOG").is_none()
+        && log.log_filter == "info"
+    {
+        "error".clone_into(&mut log.log_filter);
+    }
+}
+
+/// The sandbox's `--libvirt test`: every LibvirtHost is a private libvirt test driver whose node
+/// file lives in this directory, whatever its URI names.
+struct SimulatedHosts(std::path::PathBuf);
+
+impl HostLocator for SimulatedHosts {
+    fn uri(&self, host: &api::LibvirtHost) -> Result<String, Failure> {
+        let (namespace, name) = host_id(host);
+        crate::libvirt::simulated::host_uri(&self.0, &namespace, &name).map_err(|e| {
+            Failure::new(
+                "HypervisorUnavailable",
+                format!("cannot prepare the simulated host: {e}"),
+            )
+        })
+    }
+}
 
 /// How long start-up may take before the sandbox gives up.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -111,8 +138,11 @@ impl Sandbox {
             LibvirtMode::Test => Some(tempfile::tempdir().context("cannot create a directory for simulated hosts")?),
             LibvirtMode::Real => None,
         };
-        config.settings.simulated_hosts = hosts.as_ref().map(|d| d.path().to_path_buf());
-        let shared = Shared::new()?;
+        let mut shared = Shared::new()?;
+        if let Some(dir) = &hosts {
+            let locator = Arc::new(SimulatedHosts(dir.path().to_path_buf()));
+            shared.hosts = Arc::new(HostConnections::default().with_locator(locator));
+        }
         let readiness = shared.readiness.clone();
         let shutdown = CancellationToken::new();
         let settings = config.settings.clone();

@@ -222,12 +222,7 @@ struct State {
 /// Connect (or reuse the shared connection) and read the host's capabilities.
 async fn observe(host: &LibvirtHost, state: &State) -> Result<Observation, Error> {
     let id = host_id(host);
-    let conn = match state
-        .shared
-        .hosts
-        .get(&state.ctx.client, &state.ctx.settings, host)
-        .await?
-    {
+    let conn = match state.shared.hosts.get(&state.ctx.client, host).await? {
         Ok(c) => c,
         Err(failure) => return Ok(Observation::Failed(failure)),
     };

@@ -76,7 +76,7 @@ pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Op
             ),
         )));
     };
-    let conn = match state.shared.hosts.get(&ctx.client, &ctx.settings, &host).await? {
+    let conn = match state.shared.hosts.get(&ctx.client, &host).await? {
         Ok(c) => c,
         Err(f) => return Ok(Some(stalled(machine, f.reason, f.message))),
     };

@@ -392,7 +392,7 @@ async fn provision_or_watch(machine: &LibvirtMachine, state: &State) -> Result<O
     let Some(size) = current(machine).allocated else {
         return Err(Error::Task("admission recorded no allocation".to_owned()));
     };
-    let conn = match state.shared.hosts.get(&ctx.client, &ctx.settings, &host).await? {
+    let conn = match state.shared.hosts.get(&ctx.client, &host).await? {
         Ok(c) => c,
         Err(f) => return Ok(waiting(machine, f.reason, f.message, Action::requeue(HOST_RETRY))),
     };

@@ -24,7 +24,7 @@ pub(super) async fn check(machine: &LibvirtMachine, state: &State, id: &plan::Id
             Action::requeue(interval),
         ));
     };
-    let conn = match state.shared.hosts.get(&ctx.client, &ctx.settings, &host).await? {
+    let conn = match state.shared.hosts.get(&ctx.client, &host).await? {
         Ok(c) => c,
         Err(f) => {
             return Ok(waiting(

@@ -1,6 +1,7 @@
 use super::*;
 use crate::api::libvirt_machine::DomainType;
 use crate::libvirt::domain_xml::{ConsolePlan, DomainPlan, FirmwarePlan, default_system_nvram_path};
+use crate::libvirt::hypervisor::DomainState;
 use crate::libvirt::volume_xml::{
     VolumeFormat, full_clone_volume, ignition_volume, ignition_volume_name, overlay_volume, root_volume_name,
 };
