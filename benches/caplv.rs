@@ -297,7 +297,7 @@ async fn real_libvirt() {
     })
     .await;
     let host: LibvirtHost = Api::namespaced(b.client.clone(), "default").get("real").await.unwrap();
-    let conn = b.shared.hosts.get(&b.client, &host).await.unwrap().unwrap();
+    let conn = b.shared.hosts.get(&b.client, &host).await.unwrap().into_open().unwrap();
     let spec = json!({"domain": {"vcpus": 1, "memoryMB": 512, "type": "qemu"},
                       "rootDisk": {"baseImage": base, "storagePool": pool, "size": "128Mi"},
                       "network": {"type": "network", "name": "default", "addresses": ["192.168.122.60/24"]}});

@@ -11,6 +11,53 @@ pub const READY: &str = "Ready";
 /// The condition type reporting that reconciliation is paused.
 pub const PAUSED: &str = "Paused";
 
+/// Declares a bounded set of condition types or reasons: a `Copy` enum whose variants are the
+/// wire names (or carry an explicit one, `InvalidJson = "InvalidJSON"`), with `as_str`, `ALL`
+/// (every variant, for docs and tests) and `parse` (the stored string back to the variant, so
+/// that logic compares variants, never strings).
+#[macro_export]
+macro_rules! condition_names {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident $(= $wire:literal)? ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $name {
+            $( $(#[$vmeta])* $variant ),+
+        }
+
+        impl $name {
+            /// Every name in the set.
+            pub const ALL: &[Self] = &[$(Self::$variant),+];
+
+            /// The wire form.
+            #[must_use]
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( Self::$variant => $crate::condition_names!(@wire $variant $($wire)?) ),+
+                }
+            }
+
+            /// The name whose wire form is `s`, if any.
+            #[must_use]
+            pub fn parse(s: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|n| n.as_str() == s)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+    (@wire $variant:ident $wire:literal) => { $wire };
+    (@wire $variant:ident) => { stringify!($variant) };
+}
+
 /// The three values a condition status can take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {

@@ -177,3 +177,56 @@ pub struct HostCapacity {
     #[serde(rename = "availableMemoryMB")]
     pub available_memory_mb: i64,
 }
+
+crate::condition_names! {
+    /// Condition types of a LibvirtHost.
+    pub enum HostCondition {
+        /// The host is connected and its capacity known.
+        Ready,
+        /// The manager reached libvirt on the host.
+        Reachable,
+    }
+}
+
+crate::condition_names! {
+    /// Reasons of a LibvirtHost's `Reachable` and `Ready`. A LibvirtMachine reports the same
+    /// reason when its host cannot be used.
+    pub enum HostReason {
+        /// libvirt answered.
+        Connected,
+        /// The SSH host key does not match `hostKeyFingerprint`.
+        HostKeyMismatch,
+        /// No `hostKeyFingerprint` and no insecure opt-out.
+        HostKeyNotPinned,
+        /// `hostKeyFingerprint` is malformed.
+        InvalidHostKeyFingerprint,
+        /// The host refused the key.
+        AuthenticationFailed,
+        /// The `ssh-privatekey` value cannot be decoded, or is missing from the Secret.
+        InvalidPrivateKey,
+        /// `secretRef` is missing or names no Secret.
+        SecretNotFound,
+        /// TCP, SSH or libvirt connection failure.
+        ConnectionFailed,
+        /// The tunnel to the libvirt socket could not be set up.
+        TunnelFailed,
+        /// `spec.uri` is not a supported libvirt URI.
+        InvalidUri = "InvalidURI",
+        /// libvirt answers but cannot run guests.
+        HypervisorUnavailable,
+        /// A libvirt object is missing.
+        NotFound,
+        /// A libvirt object of that name exists already.
+        AlreadyExists,
+        /// The storage pool does not exist.
+        StoragePoolNotFound,
+        /// The base image does not exist.
+        BaseImageNotFound,
+        /// The spec cannot be turned into libvirt XML.
+        InvalidSpec,
+        /// The libvirt driver does not implement an operation.
+        Unsupported,
+        /// Any other libvirt error.
+        LibvirtError,
+    }
+}

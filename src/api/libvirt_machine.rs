@@ -377,3 +377,98 @@ pub struct TemplateMetadata {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
 }
+
+crate::condition_names! {
+    /// Condition types of a LibvirtMachine.
+    pub enum MachineCondition {
+        /// The domain runs (the summary).
+        Ready,
+        /// Reconciliation is paused.
+        Paused,
+        /// Deletion cannot finish; the reason says why.
+        CleanupStalled,
+    }
+}
+
+crate::condition_names! {
+    /// A LibvirtMachine's own reasons; [`Reason`] adds its host's and the Ignition library's.
+    pub enum MachineReason {
+        /// The domain runs.
+        DomainRunning,
+        /// Cluster API has not set a Machine as owner yet.
+        WaitingForMachineOwner,
+        /// The owner Machine does not exist.
+        MachineNotFound,
+        /// The Machine's Cluster does not exist.
+        ClusterNotFound,
+        /// The Machine names no bootstrap data Secret yet.
+        WaitingForBootstrapData,
+        /// The bootstrap data Secret does not exist.
+        BootstrapDataNotFound,
+        /// The bootstrap data Secret is not Ignition, or has no `value`.
+        InvalidBootstrapData,
+        /// The LibvirtHost does not exist.
+        HostNotFound,
+        /// The LibvirtHost is not ready.
+        WaitingForHost,
+        /// The host has no room yet.
+        WaitingForCapacity,
+        /// Admitted; the host-side steps run.
+        Provisioning,
+        /// The storage pool exists but is not started.
+        StoragePoolInactive,
+        /// `rootDisk.size` is smaller than the base image.
+        RootDiskTooSmall,
+        /// A domain with this machine's name belongs to someone else.
+        DomainNameConflict,
+        /// The domain exists but does not run.
+        DomainNotRunning,
+        /// The domain vanished after provisioning.
+        DomainMissing,
+        /// The host cannot be reached after provisioning.
+        HostUnreachable,
+        /// Deletion is under way.
+        Deleting,
+        /// Teardown left something on the host.
+        ArtifactsRemain,
+        /// The Cluster or the machine is paused.
+        Paused,
+        /// Reconciliation is not paused.
+        NotPaused,
+    }
+}
+
+/// The reason of a LibvirtMachine condition: its own, its host's, or why its Ignition is invalid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// One of the machine's own.
+    Machine(MachineReason),
+    /// The host cannot be used (connection, libvirt).
+    Host(super::libvirt_host::HostReason),
+    /// The bootstrap data is not valid Ignition.
+    Ignition(crate::ignition::Reason),
+}
+
+impl Reason {
+    /// The wire form.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Machine(r) => r.as_str(),
+            Self::Host(r) => r.as_str(),
+            Self::Ignition(r) => r.as_str(),
+        }
+    }
+}
+
+impl From<MachineReason> for Reason {
+    fn from(r: MachineReason) -> Self {
+        Self::Machine(r)
+    }
+}
+
+impl From<super::libvirt_host::HostReason> for Reason {
+    fn from(r: super::libvirt_host::HostReason) -> Self {
+        Self::Host(r)
+    }
+}

@@ -9,7 +9,7 @@ use std::{net::IpAddr, sync::Arc};
 
 use k8s_openapi::{
     api::{certificates::v1::CertificateSigningRequest, core::v1::Node},
-    jiff::{SignedDuration, Timestamp},
+    jiff::SignedDuration,
 };
 use kube::{
     Api, Resource, ResourceExt,
@@ -166,7 +166,7 @@ async fn apply(csr: &CertificateSigningRequest, state: &State) -> Result<Action,
     };
     let facts = machine.as_deref().map(|m| facts(m, node_provider_id));
     let window = SignedDuration::try_from(state.ctx.settings.csr_approval_window).unwrap_or(SignedDuration::MAX);
-    match kubelet_csr::decide(&req, facts.as_ref(), Timestamp::now(), window) {
+    match kubelet_csr::decide(&req, facts.as_ref(), state.ctx.wall_time().0, window) {
         Verdict::Approve(message) => {
             let patch = serde_json::json!({"status": {"conditions": [{
                 "type": "Approved", "status": "True", "reason": APPROVAL_REASON, "message": message,

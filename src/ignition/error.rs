@@ -95,20 +95,44 @@ pub enum Error {
     },
 }
 
+crate::condition_names! {
+    /// Why Ignition or Butane input was refused: the condition reason of whatever carried it.
+    pub enum Reason {
+        /// Over the size limit.
+        TooLarge,
+        /// Not JSON.
+        InvalidJson = "InvalidJSON",
+        /// Ignition spec 2, which RHCOS no longer reads.
+        IgnitionSpec2,
+        /// A version this manager does not validate.
+        UnsupportedIgnitionVersion,
+        /// JSON that is not a valid Ignition config.
+        InvalidIgnition,
+        /// A machine fact (hostname, address) that cannot be injected.
+        InvalidMachineFacts,
+        /// A Butane version outside the supported subset.
+        UnsupportedButaneVersion,
+        /// A Butane field outside the supported subset.
+        UnsupportedButaneField,
+        /// Butane that does not parse or validate.
+        InvalidButane,
+    }
+}
+
 impl Error {
     /// A bounded CamelCase reason for conditions and metrics labels.
     #[must_use]
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::TooLarge { .. } => "TooLarge",
-            Self::InvalidJson { .. } => "InvalidJSON",
-            Self::IgnitionSpec2 { .. } => "IgnitionSpec2",
-            Self::UnsupportedIgnitionVersion { .. } => "UnsupportedIgnitionVersion",
-            Self::InvalidIgnition { .. } => "InvalidIgnition",
-            Self::InvalidMachineFacts { .. } => "InvalidMachineFacts",
-            Self::UnsupportedButaneVersion { .. } => "UnsupportedButaneVersion",
-            Self::UnsupportedButaneField { .. } => "UnsupportedButaneField",
-            Self::InvalidButane { .. } => "InvalidButane",
+            Self::TooLarge { .. } => Reason::TooLarge,
+            Self::InvalidJson { .. } => Reason::InvalidJson,
+            Self::IgnitionSpec2 { .. } => Reason::IgnitionSpec2,
+            Self::UnsupportedIgnitionVersion { .. } => Reason::UnsupportedIgnitionVersion,
+            Self::InvalidIgnition { .. } => Reason::InvalidIgnition,
+            Self::InvalidMachineFacts { .. } => Reason::InvalidMachineFacts,
+            Self::UnsupportedButaneVersion { .. } => Reason::UnsupportedButaneVersion,
+            Self::UnsupportedButaneField { .. } => Reason::UnsupportedButaneField,
+            Self::InvalidButane { .. } => Reason::InvalidButane,
         }
     }
 
@@ -209,7 +233,7 @@ mod tests {
         ];
         let mut seen = std::collections::BTreeSet::new();
         for e in &all {
-            let r = e.reason();
+            let r = e.reason().as_str();
             assert!(r.chars().next().is_some_and(|c| c.is_ascii_uppercase()), "{r}");
             assert!(r.chars().all(|c| c.is_ascii_alphanumeric()), "{r}");
             assert!(seen.insert(r), "duplicate reason {r}");

@@ -23,7 +23,7 @@ pub mod inject;
 pub mod keyfile;
 pub mod validate;
 
-pub use error::Error;
+pub use error::{Error, Reason};
 pub use facts::{CheckedFacts, MachineFacts, NetworkFacts};
 pub use inject::{HOSTNAME_PATH, PROVIDER_ID_DROPIN_PATH, Rendered, render};
 pub use validate::{MAX_CONFIG_BYTES, SUPPORTED_VERSIONS, Validated, validate};

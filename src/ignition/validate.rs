@@ -283,7 +283,7 @@ mod tests {
         doc.resize(MAX_CONFIG_BYTES + 10, b'a');
         doc.extend_from_slice(b"\"}");
         let e = validate(&doc).unwrap_err();
-        assert_eq!(e.reason(), "TooLarge");
+        assert_eq!(e.reason().as_str(), "TooLarge");
         assert!(matches!(
             e,
             Error::TooLarge {
@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn invalid_json() {
         let e = validate(b"{\"ignition\": {\"version\": \"3.2.0\"},").unwrap_err();
-        assert_eq!(e.reason(), "InvalidJSON");
+        assert_eq!(e.reason().as_str(), "InvalidJSON");
         let e = validate(format!("{{\"ignition\": \"{SECRET}").as_bytes()).unwrap_err();
         assert!(
             matches!(
@@ -310,7 +310,7 @@ mod tests {
             "{e:?}"
         );
         let e = validate(b"\xff\xfe").unwrap_err();
-        assert_eq!(e.reason(), "InvalidJSON");
+        assert_eq!(e.reason().as_str(), "InvalidJSON");
         let e = validate(b"").unwrap_err();
         assert!(
             matches!(
@@ -327,7 +327,7 @@ mod tests {
     #[test]
     fn spec2_is_rejected_with_the_fix() {
         let e = validate(br#"{"ignition":{"version":"2.2.0"},"storage":{"files":[]}}"#).unwrap_err();
-        assert_eq!(e.reason(), "IgnitionSpec2");
+        assert_eq!(e.reason().as_str(), "IgnitionSpec2");
         let msg = e.to_string();
         assert!(msg.contains("2.2.0"), "{msg}");
         assert!(
@@ -358,7 +358,7 @@ mod tests {
                 },
                 "{doc}"
             );
-            assert_eq!(e.reason(), "UnsupportedIgnitionVersion");
+            assert_eq!(e.reason().as_str(), "UnsupportedIgnitionVersion");
         }
     }
 
@@ -368,7 +368,7 @@ mod tests {
             "{{\"ignition\":{{\"version\":\"3.2.0\"}},\n\"storage\":{{\"files\":[{{\"path\":\"/a\"}},\n{{\"path\":\"/b\",\"mode\":\"{SECRET}\"}}]}}}}"
         );
         let e = validate(doc.as_bytes()).unwrap_err();
-        assert_eq!(e.reason(), "InvalidIgnition");
+        assert_eq!(e.reason().as_str(), "InvalidIgnition");
         let Error::InvalidIgnition {
             path,
             line,
@@ -393,7 +393,7 @@ mod tests {
         assert!(path.starts_with("$.storage.files"), "{path}");
 
         let e = validate(b"[1,2]").unwrap_err();
-        assert_eq!(e.reason(), "InvalidIgnition");
+        assert_eq!(e.reason().as_str(), "InvalidIgnition");
     }
 
     #[test]

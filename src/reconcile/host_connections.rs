@@ -27,10 +27,13 @@ use kube::{Api, ResourceExt};
 use tokio::sync::{Mutex as AsyncMutex, Semaphore};
 
 use crate::{
-    api::libvirt_host::{LibvirtHost, LibvirtHostSpec},
+    api::libvirt_host::{HostReason, LibvirtHost, LibvirtHostSpec},
     libvirt::{
         hypervisor::{Hypervisor, HypervisorError},
-        ssh::{ClientKey, HostKeyPolicy, LibvirtUri, SshError, SshOptions, SshSession, Tunnel, remote_socket_path},
+        ssh::{
+            ClientKey, HostKeyPolicy, LibvirtUri, SshError, SshErrorReason, SshOptions, SshSession, Tunnel,
+            remote_socket_path,
+        },
         virt_backend::VirtHypervisor,
     },
 };
@@ -64,7 +67,7 @@ pub struct SecretReadError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
     /// Condition reason.
-    pub reason: &'static str,
+    pub reason: HostReason,
     /// Condition message.
     pub message: String,
     /// The SSH host key fingerprint the server presented, when one was seen.
@@ -73,7 +76,7 @@ pub struct Failure {
 
 impl Failure {
     /// A failure without an observed fingerprint.
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(reason: HostReason, message: impl Into<String>) -> Self {
         Self {
             reason,
             message: message.into(),
@@ -85,7 +88,7 @@ impl Failure {
 impl From<SshError> for Failure {
     fn from(e: SshError) -> Self {
         Self {
-            reason: e.reason().as_str(),
+            reason: ssh_reason(e.reason()),
             observed_fingerprint: e.observed_fingerprint().map(str::to_owned),
             message: e.to_string(),
         }
@@ -94,8 +97,86 @@ impl From<SshError> for Failure {
 
 impl From<HypervisorError> for Failure {
     fn from(e: HypervisorError) -> Self {
-        Self::new(e.reason(), e.to_string())
+        Self::new(hypervisor_reason(&e), e.to_string())
     }
+}
+
+/// The host condition reason of an SSH transport failure.
+#[must_use]
+pub const fn ssh_reason(r: SshErrorReason) -> HostReason {
+    match r {
+        SshErrorReason::HostKeyMismatch => HostReason::HostKeyMismatch,
+        SshErrorReason::HostKeyNotPinned => HostReason::HostKeyNotPinned,
+        SshErrorReason::AuthenticationFailed => HostReason::AuthenticationFailed,
+        SshErrorReason::ConnectionFailed => HostReason::ConnectionFailed,
+        SshErrorReason::InvalidPrivateKey => HostReason::InvalidPrivateKey,
+        SshErrorReason::InvalidHostKeyFingerprint => HostReason::InvalidHostKeyFingerprint,
+        SshErrorReason::TunnelFailed => HostReason::TunnelFailed,
+    }
+}
+
+/// The host condition reason of a libvirt failure.
+#[must_use]
+pub const fn hypervisor_reason(e: &HypervisorError) -> HostReason {
+    match e {
+        HypervisorError::ConnectionFailed { .. } => HostReason::ConnectionFailed,
+        HypervisorError::AuthenticationFailed { .. } => HostReason::AuthenticationFailed,
+        HypervisorError::HypervisorUnavailable { .. } => HostReason::HypervisorUnavailable,
+        HypervisorError::NotFound { .. } => HostReason::NotFound,
+        HypervisorError::AlreadyExists { .. } => HostReason::AlreadyExists,
+        HypervisorError::StoragePoolNotFound { .. } => HostReason::StoragePoolNotFound,
+        HypervisorError::BaseImageNotFound { .. } => HostReason::BaseImageNotFound,
+        HypervisorError::InvalidInput(_) => HostReason::InvalidSpec,
+        HypervisorError::Unsupported { .. } => HostReason::Unsupported,
+        HypervisorError::Libvirt { .. } => HostReason::LibvirtError,
+    }
+}
+
+/// Whether a failed host call may succeed when retried on a fresh connection.
+pub trait Transient {
+    /// True for connection trouble and unclassified libvirt errors.
+    fn is_transient(&self) -> bool;
+}
+
+impl Transient for HypervisorError {
+    fn is_transient(&self) -> bool {
+        Self::is_transient(self)
+    }
+}
+
+/// Whether a host could be used: its connection, or why not.
+pub enum Reach {
+    /// The open connection.
+    Open(Arc<Connection>),
+    /// Why the host cannot be used now.
+    Unusable(Failure),
+}
+
+impl Reach {
+    /// The connection, or why there is none.
+    ///
+    /// # Errors
+    /// The failure of an unusable host.
+    pub fn into_open(self) -> Result<Arc<Connection>, Failure> {
+        match self {
+            Self::Open(conn) => Ok(conn),
+            Self::Unusable(failure) => Err(failure),
+        }
+    }
+}
+
+/// What a call on a host gave.
+#[derive(Debug)]
+pub enum HostCall<T, E> {
+    /// The work ran on the host; `fingerprint` is the SSH host key the connection presented.
+    Ran {
+        /// What the work returned.
+        result: Result<T, E>,
+        /// The host key fingerprint, for SSH hosts.
+        fingerprint: Option<String>,
+    },
+    /// The host could not be used, or the blocking task died.
+    Unreachable(Failure),
 }
 
 /// What a cached connection was built from; any change rebuilds it.
@@ -229,26 +310,25 @@ impl HostConnections {
     /// The open connection to `host`, opening (or rebuilding) it when needed.
     ///
     /// # Errors
-    /// The outer error is a Kubernetes API failure reading the key Secret (retry); the inner
-    /// one says why the host cannot be used.
-    pub async fn get(
-        &self,
-        client: &kube::Client,
-        host: &LibvirtHost,
-    ) -> Result<Result<Arc<Connection>, Failure>, SecretReadError> {
+    /// A Kubernetes API failure reading the key Secret (retry); why the host cannot be used is
+    /// [`Reach::Unusable`].
+    pub async fn get(&self, client: &kube::Client, host: &LibvirtHost) -> Result<Reach, SecretReadError> {
         let id = host_id(host);
         let spec_uri = match self.locator.uri(host) {
             Ok(uri) => uri,
-            Err(failure) => return Ok(Err(failure)),
+            Err(failure) => return Ok(Reach::Unusable(failure)),
         };
         let Some(slot) = self.slot(&id) else {
-            return Ok(Err(Failure::new("ConnectionFailed", "connection cache is poisoned")));
+            return Ok(Reach::Unusable(Failure::new(
+                HostReason::ConnectionFailed,
+                "connection cache is poisoned",
+            )));
         };
         let uri = match LibvirtUri::parse(&spec_uri) {
             Ok(u) => u,
             Err(e) => {
                 close(slot.lock().await.take());
-                return Ok(Err(Failure::new("InvalidURI", e.to_string())));
+                return Ok(Reach::Unusable(Failure::new(HostReason::InvalidUri, e.to_string())));
             }
         };
         let mut secret = None;
@@ -261,7 +341,7 @@ impl HostConnections {
                 }
                 Err(failure) => {
                     close(slot.lock().await.take());
-                    return Ok(Err(failure));
+                    return Ok(Reach::Unusable(failure));
                 }
             }
         }
@@ -273,19 +353,61 @@ impl HostConnections {
         };
         let mut guard = slot.lock().await;
         if let Some(conn) = guard.as_ref().filter(|c| c.key == key && !c.is_closed()) {
-            return Ok(Ok(conn.clone()));
+            return Ok(Reach::Open(conn.clone()));
         }
         close(guard.take());
         let Ok(_permit) = self.opening.acquire().await else {
-            return Ok(Err(Failure::new("ConnectionFailed", "connection cache is closed")));
+            return Ok(Reach::Unusable(Failure::new(
+                HostReason::ConnectionFailed,
+                "connection cache is closed",
+            )));
         };
         match open(&host.spec, &uri, key, secret.as_deref()).await {
             Ok(conn) => {
                 let conn = Arc::new(conn);
                 *guard = Some(conn.clone());
-                Ok(Ok(conn))
+                Ok(Reach::Open(conn))
             }
-            Err(failure) => Ok(Err(failure)),
+            Err(failure) => Ok(Reach::Unusable(failure)),
+        }
+    }
+
+    /// Connect to `host` and run `work` on its hypervisor on a blocking thread (libvirt calls
+    /// block, an RPC each). A transient failure, or a task that died, drops the connection so
+    /// that the next call rebuilds it.
+    ///
+    /// # Errors
+    /// A Kubernetes API failure reading the host's key Secret.
+    pub async fn call<T, E>(
+        &self,
+        client: &kube::Client,
+        host: &LibvirtHost,
+        work: impl FnOnce(&dyn Hypervisor) -> Result<T, E> + Send + 'static,
+    ) -> Result<HostCall<T, E>, SecretReadError>
+    where
+        T: Send + 'static,
+        E: Transient + Send + 'static,
+    {
+        let conn = match self.get(client, host).await? {
+            Reach::Open(conn) => conn,
+            Reach::Unusable(failure) => return Ok(HostCall::Unreachable(failure)),
+        };
+        let hv = conn.hypervisor();
+        let fingerprint = conn.fingerprint().map(str::to_owned);
+        match tokio::task::spawn_blocking(move || work(hv.as_ref())).await {
+            Ok(result) => {
+                if result.as_ref().err().is_some_and(Transient::is_transient) {
+                    self.forget(&host_id(host)).await;
+                }
+                Ok(HostCall::Ran { result, fingerprint })
+            }
+            Err(e) => {
+                self.forget(&host_id(host)).await;
+                Ok(HostCall::Unreachable(Failure {
+                    observed_fingerprint: fingerprint,
+                    ..Failure::new(HostReason::ConnectionFailed, format!("libvirt task failed: {e}"))
+                }))
+            }
         }
     }
 
@@ -344,7 +466,7 @@ async fn read_secret(
     let host_ns = host.namespace().unwrap_or_default();
     let Some(reference) = &host.spec.secret_ref else {
         return Ok(Err(Failure::new(
-            "SecretNotFound",
+            HostReason::SecretNotFound,
             "spec.secretRef is required for qemu+ssh URIs",
         )));
     };
@@ -357,7 +479,7 @@ async fn read_secret(
     })?;
     let Some(secret) = secret else {
         return Ok(Err(Failure::new(
-            "SecretNotFound",
+            HostReason::SecretNotFound,
             format!("Secret {namespace}/{} does not exist", reference.name),
         )));
     };
@@ -365,7 +487,7 @@ async fn read_secret(
     match secret.data.as_ref().and_then(|d| d.get(SECRET_KEY)) {
         Some(bytes) => Ok(Ok((bytes.0.clone(), version))),
         None => Ok(Err(Failure::new(
-            "InvalidPrivateKey",
+            HostReason::InvalidPrivateKey,
             format!("Secret {namespace}/{} has no {SECRET_KEY:?} key", reference.name),
         ))),
     }
@@ -375,7 +497,7 @@ async fn open_blocking(uri: String) -> Result<VirtHypervisor, Failure> {
     match tokio::task::spawn_blocking(move || VirtHypervisor::connect(&uri)).await {
         Ok(result) => result.map_err(Failure::from),
         Err(e) => Err(Failure::new(
-            "ConnectionFailed",
+            HostReason::ConnectionFailed,
             format!("libvirt connect task failed: {e}"),
         )),
     }

@@ -5,9 +5,11 @@
 //! Nothing here knows a kind's policy; `crate::controllers` holds one module per kind.
 
 pub mod capi;
+pub mod finalizer;
 #[cfg(feature = "caplv")]
 pub mod host_connections;
 pub mod kinds;
+pub mod owner;
 #[cfg(feature = "caplv")]
 pub mod placement;
 mod status;
@@ -137,6 +139,23 @@ impl Context {
             #[cfg(feature = "caplv")]
             hosts,
         }
+    }
+
+    /// The injected clock's now, as a Kubernetes timestamp (conditions, status times).
+    #[must_use]
+    pub fn timestamp(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+        let millis = self.clock.now().timestamp_millis();
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_millisecond(millis).unwrap_or_default(),
+        )
+    }
+
+    /// Now on the API server's timeline: for stamps compared with ones the server sets (a CSR's
+    /// `creationTimestamp` against `status.provisionedAt`). The schedule clock may be shifted
+    /// (tests move it to an edge), so those never come from it.
+    #[must_use]
+    pub fn wall_time(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
     }
 
     /// An `Api` for `K` scoped to the watch namespace, or to all namespaces.

@@ -26,11 +26,8 @@ use crate::api::{
     PRIORITY_LABEL,
     condition::{self, Status},
     libvirt_host::{LibvirtHost, LibvirtHostSpec},
-    libvirt_machine::{AllocatedResources, LibvirtMachine},
+    libvirt_machine::{AllocatedResources, LibvirtMachine, MachineCondition, MachineReason},
 };
-
-/// Reason of the `Ready` condition of a machine queued for capacity.
-pub const WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
 
 /// vCPUs and MiB.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -216,8 +213,10 @@ fn is_waiting(machine: &LibvirtMachine) -> bool {
     machine.metadata.deletion_timestamp.is_none()
         && machine.status.as_ref().is_some_and(|s| {
             s.allocated.is_none()
-                && condition::find(&s.conditions, condition::READY)
-                    .is_some_and(|c| c.status == Status::False.as_str() && c.reason == WAITING_FOR_CAPACITY)
+                && condition::find(&s.conditions, MachineCondition::Ready.as_str()).is_some_and(|c| {
+                    c.status == Status::False.as_str()
+                        && MachineReason::parse(&c.reason) == Some(MachineReason::WaitingForCapacity)
+                })
         })
 }
 

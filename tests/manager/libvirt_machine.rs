@@ -146,7 +146,14 @@ async fn wait_gone(env: &Env, name: &str) {
 /// The manager's own connection to host `name`.
 async fn hv(env: &Env, name: &str) -> Arc<dyn Hypervisor> {
     let host = hosts(&env.client).get(name).await.unwrap();
-    let conn = env.shared.hosts.get(&env.client, &host).await.unwrap().unwrap();
+    let conn = env
+        .shared
+        .hosts
+        .get(&env.client, &host)
+        .await
+        .unwrap()
+        .into_open()
+        .unwrap();
     conn.hypervisor()
 }
 

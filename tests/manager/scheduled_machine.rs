@@ -387,7 +387,16 @@ async fn kill_switch_removes_at_once_and_resumes_without_hot_loop() {
     let machine = machines(&env, "v1beta1");
     assert!(machine.get_opt("w4").await.unwrap().is_none());
 
-    // Terminated is quiet: no status writes while nothing changes.
+    // Terminated is quiet: no status writes while nothing changes (once the status has seen
+    // the Machine go).
+    wait_until("w4's status reports no Machine", || async {
+        sms(&env).get("w4").await.unwrap().status.is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "MachineReady" && c.reason == "NoMachine")
+        })
+    })
+    .await;
     let writes = status_writes(&env);
     tokio::time::sleep(std::time::Duration::from_millis(800)).await;
     assert_eq!(status_writes(&env), writes, "no hot loop");

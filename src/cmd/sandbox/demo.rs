@@ -223,12 +223,14 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
 async fn vm_state(sb: &Sandbox) -> Option<String> {
     let client = sb.client.clone();
     let host: crate::api::LibvirtHost = kube::Api::namespaced(client.clone(), NS).get(HOST).await.ok()?;
-    let conn = sb.shared.hosts.get(&client, &host).await.ok()?.ok()?;
-    let hv = conn.hypervisor();
-    let domain = tokio::task::spawn_blocking(move || hv.domain(NAME))
-        .await
-        .ok()?
-        .ok()??;
+    let called = sb.shared.hosts.call(&client, &host, |hv| hv.domain(NAME)).await.ok()?;
+    let crate::reconcile::host_connections::HostCall::Ran {
+        result: Ok(Some(domain)),
+        ..
+    } = called
+    else {
+        return None;
+    };
     Some(format!("{} (libvirt domain {})", domain.state.as_str(), domain.uuid))
 }
 

@@ -40,7 +40,7 @@ impl HostLocator for SimulatedHosts {
         let (namespace, name) = host_id(host);
         crate::libvirt::simulated::host_uri(&self.0, &namespace, &name).map_err(|e| {
             Failure::new(
-                "HypervisorUnavailable",
+                api::libvirt_host::HostReason::HypervisorUnavailable,
                 format!("cannot prepare the simulated host: {e}"),
             )
         })

@@ -107,7 +107,7 @@ impl Problem {
             Self::SecretNotFound { .. } => reason::SOURCE_SECRET_NOT_FOUND,
             Self::KeyNotFound { .. } => reason::SOURCE_KEY_NOT_FOUND,
             Self::UnsupportedFormat { .. } => reason::UNSUPPORTED_FORMAT,
-            Self::Invalid { error, .. } => error.reason(),
+            Self::Invalid { error, .. } => error.reason().as_str(),
             Self::Conflict { .. } => reason::DATA_SECRET_CONFLICT,
         }
     }

@@ -45,14 +45,14 @@ use tokio_util::sync::CancellationToken;
 pub use crate::reconcile::host_connections::{Failure, SECRET_KEY};
 use crate::reconcile::{
     Context, apply_status,
-    host_connections::{HostConnections, HostId, SecretReadError, host_id},
+    host_connections::{HostCall, HostConnections, HostId, SecretReadError, host_id},
     placement::{self, Placement, Resources},
     publish_event,
 };
 use crate::{
     api::{
         condition::{self, DesiredCondition, Status},
-        libvirt_host::{HostCapacity, LibvirtHost, LibvirtHostSpec, LibvirtHostStatus},
+        libvirt_host::{HostCapacity, HostCondition, HostReason, LibvirtHost, LibvirtHostSpec, LibvirtHostStatus},
         libvirt_machine::LibvirtMachine,
     },
     app::health::Readiness,
@@ -62,10 +62,6 @@ use crate::{
 /// Controller name in metrics and logs.
 pub const NAME: &str = "libvirthost";
 const FIELD_MANAGER: &str = "caplv-manager/libvirthost";
-/// The `Reachable` condition type.
-pub const REACHABLE: &str = "Reachable";
-/// Reason of a True `Reachable`/`Ready`.
-pub const CONNECTED: &str = "Connected";
 /// Upper bound on the retry delay after a failed check.
 pub const FAILURE_RETRY: Duration = Duration::from_secs(30);
 
@@ -171,7 +167,7 @@ pub fn plan(
                 "connected to libvirt {} ({} driver, {} vCPUs, {} MiB)",
                 info.libvirt_version, info.driver, info.cpus, info.memory_mib
             );
-            (Status::True, CONNECTED, message, interval)
+            (Status::True, HostReason::Connected, message, interval)
         }
         Observation::Failed(failure) => {
             status.ready = false;
@@ -189,8 +185,18 @@ pub fn plan(
         }
     };
     let desired = [
-        DesiredCondition::new(REACHABLE, condition_status, reason, message.clone()),
-        DesiredCondition::new(condition::READY, condition_status, reason, message),
+        DesiredCondition::new(
+            HostCondition::Reachable.as_str(),
+            condition_status,
+            reason.as_str(),
+            message.clone(),
+        ),
+        DesiredCondition::new(
+            HostCondition::Ready.as_str(),
+            condition_status,
+            reason.as_str(),
+            message,
+        ),
     ];
     status.conditions = condition::merge_all(&current.conditions, &desired, now, generation);
     status.observed_generation = generation;
@@ -221,37 +227,29 @@ struct State {
 
 /// Connect (or reuse the shared connection) and read the host's capabilities.
 async fn observe(host: &LibvirtHost, state: &State) -> Result<Observation, Error> {
-    let id = host_id(host);
-    let conn = match state.shared.hosts.get(&state.ctx.client, host).await? {
-        Ok(c) => c,
-        Err(failure) => return Ok(Observation::Failed(failure)),
-    };
-    let hv = conn.hypervisor();
-    let probed = tokio::task::spawn_blocking(move || hv.capabilities()).await;
-    match probed {
-        Ok(Ok(info)) => Ok(Observation::Probed {
+    let called = state
+        .shared
+        .hosts
+        .call(&state.ctx.client, host, |hv| hv.capabilities())
+        .await?;
+    Ok(match called {
+        HostCall::Ran {
+            result: Ok(info),
+            fingerprint,
+        } => Observation::Probed {
             info,
-            fingerprint: conn.fingerprint().map(str::to_owned),
-            committed: state.shared.placement.committed(&id),
+            fingerprint,
+            committed: state.shared.placement.committed(&host_id(host)),
+        },
+        HostCall::Ran {
+            result: Err(e),
+            fingerprint,
+        } => Observation::Failed(Failure {
+            observed_fingerprint: fingerprint,
+            ..Failure::from(e)
         }),
-        Ok(Err(e)) => {
-            if e.is_transient() {
-                // Rebuild on the next check.
-                state.shared.hosts.forget(&id).await;
-            }
-            Ok(Observation::Failed(Failure {
-                observed_fingerprint: conn.fingerprint().map(str::to_owned),
-                ..Failure::from(e)
-            }))
-        }
-        Err(e) => {
-            state.shared.hosts.forget(&id).await;
-            Ok(Observation::Failed(Failure::new(
-                "ConnectionFailed",
-                format!("libvirt capabilities task failed: {e}"),
-            )))
-        }
-    }
+        HostCall::Unreachable(failure) => Observation::Failed(failure),
+    })
 }
 
 async fn reconcile(host: Arc<LibvirtHost>, state: Arc<State>) -> Result<Action, Error> {

@@ -51,7 +51,10 @@ fn probed_host_is_ready_with_capacity_minus_reservation() {
     assert_eq!(p.status.kvm_available, Some(true));
     assert_eq!(p.status.libvirt_version.as_deref(), Some("10.0.0"));
     assert_eq!(p.status.observed_host_key_fingerprint.as_deref(), Some("SHA256:abc"));
-    assert!(condition::is_true(&p.status.conditions, REACHABLE));
+    assert!(condition::is_true(
+        &p.status.conditions,
+        HostCondition::Reachable.as_str()
+    ));
     assert!(condition::is_true(&p.status.conditions, condition::READY));
     assert_eq!(p.status.observed_generation, Some(2));
     assert_eq!(p.requeue, Duration::from_secs(300));
@@ -94,7 +97,7 @@ fn host_key_refusal_reports_the_fingerprint_and_retries_sooner() {
         &spec(),
         None,
         &Observation::Failed(Failure {
-            reason: "HostKeyMismatch",
+            reason: HostReason::HostKeyMismatch,
             message: "host key differs".into(),
             observed_fingerprint: Some("SHA256:other".into()),
         }),
@@ -105,7 +108,7 @@ fn host_key_refusal_reports_the_fingerprint_and_retries_sooner() {
         down.status.observed_host_key_fingerprint.as_deref(),
         Some("SHA256:other")
     );
-    let reachable = condition::find(&down.status.conditions, REACHABLE).unwrap();
+    let reachable = condition::find(&down.status.conditions, HostCondition::Reachable.as_str()).unwrap();
     assert_eq!(
         (reachable.status.as_str(), reachable.reason.as_str()),
         ("False", "HostKeyMismatch")

@@ -2,21 +2,32 @@
 
 use kube::{ResourceExt, runtime::controller::Action};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use super::{
-    CAPACITY_RECHECK, Error, FIELD_MANAGER, HOST_RETRY, Outcome, State, api, current, plan, waiting, with_ready,
+    CAPACITY_RECHECK, Error, FIELD_MANAGER, HOST_RETRY, State, api, plan,
+    status::{Wait, current, with_ready},
 };
 use crate::{
     api::{
         condition::Status,
         libvirt_host::LibvirtHost,
-        libvirt_machine::{LibvirtMachine, LibvirtMachineStatus},
+        libvirt_machine::{LibvirtMachine, LibvirtMachineStatus, MachineReason},
     },
     reconcile::{
         apply_status,
         host_connections::host_id,
-        placement::{self, Admission, Candidate, Resources, WAITING_FOR_CAPACITY},
+        placement::{self, Admission, Candidate, Resources},
     },
 };
+
+/// What admission gave.
+pub(super) enum Admitted {
+    /// Admitted: the written status, with the allocation and the artifacts to remove later.
+    Now(Box<LibvirtMachineStatus>),
+    /// Not now.
+    Wait(Wait),
+}
 
 /// Admit the machine to its host, or say why it waits. Holds the host's admission lock while
 /// deciding and recording, so concurrent reconciles see each other's commitments.
@@ -25,21 +36,20 @@ pub(super) async fn admit(
     state: &State,
     host: &LibvirtHost,
     id: &plan::Identity,
-) -> Result<Result<LibvirtMachineStatus, Outcome>, Error> {
+    now: &Time,
+) -> Result<Admitted, Error> {
     let host_key = host_id(host);
     let placement = &state.shared.placement;
     let Some(_lock) = placement.lock(&host_key).await else {
-        return Ok(Err(waiting(
-            machine,
-            WAITING_FOR_CAPACITY,
+        return Ok(Admitted::Wait(Wait::new(
+            MachineReason::WaitingForCapacity,
             "admission state is unavailable",
             Action::requeue(CAPACITY_RECHECK),
         )));
     };
     let Some(offered) = placement::offered(host) else {
-        return Ok(Err(waiting(
-            machine,
-            "WaitingForHost",
+        return Ok(Admitted::Wait(Wait::new(
+            MachineReason::WaitingForHost,
             "the host's capacity is not known yet",
             Action::requeue(HOST_RETRY),
         )));
@@ -65,13 +75,14 @@ pub(super) async fn admit(
                 status,
                 machine,
                 Status::False,
-                "Provisioning",
+                MachineReason::Provisioning,
                 format!(
                     "admitted to {} with {} vCPUs and {} MiB",
                     host.name_any(),
                     allocated.vcpus,
                     allocated.memory_mb
                 ),
+                now,
             );
             // Record the commitment (and the artifacts deletion must remove) before anything
             // exists on the host.
@@ -82,11 +93,10 @@ pub(super) async fn admit(
                     source,
                 })?;
             placement.record(&host_key, &candidate.uid, Some(size));
-            Ok(Ok(status))
+            Ok(Admitted::Now(Box::new(status)))
         }
-        Admission::Wait(why) => Ok(Err(waiting(
-            machine,
-            WAITING_FOR_CAPACITY,
+        Admission::Wait(why) => Ok(Admitted::Wait(Wait::new(
+            MachineReason::WaitingForCapacity,
             why,
             Action::requeue(CAPACITY_RECHECK),
         ))),

@@ -9,28 +9,36 @@
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     ResourceExt,
-    api::{Patch, PatchParams},
     runtime::{controller::Action, events::EventType},
 };
 
-use super::{Error, FINALIZER, Outcome, State, api, current, plan, provision, with_ready};
-use crate::api::{
-    condition::{self, DesiredCondition, Status},
-    libvirt_machine::{LibvirtMachine, ManagedArtifacts},
+use super::{
+    Error, FINALIZER, State, api,
+    observe::host_of,
+    plan, provision,
+    status::{Outcome, current, with_ready},
 };
-use crate::reconcile::host_connections::host_id;
+use crate::{
+    api::{
+        condition::{self, DesiredCondition, Status},
+        libvirt_machine::{LibvirtMachine, MachineCondition, MachineReason, ManagedArtifacts, Reason},
+    },
+    reconcile::{
+        finalizer,
+        host_connections::{HostCall, host_id},
+    },
+};
 
 /// Annotation that lets a machine go without cleaning its (unreachable, gone) host.
 pub const ABANDON_ANNOTATION: &str = "libvirtmachine.infrastructure.cluster.x-k8s.io/abandon-host-artifacts";
-/// Condition set while deletion cannot finish.
-pub const CLEANUP_STALLED: &str = "CleanupStalled";
 const STALL_RETRY: Duration = Duration::from_secs(30);
 
 /// Run one deletion pass. `None` when the object is released (nothing more to write).
 pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Option<Outcome>, Error> {
-    if !machine.finalizers().iter().any(|f| f == FINALIZER) {
+    if !finalizer::has(&machine.metadata, FINALIZER) {
         return Ok(None);
     }
     let ctx = &state.ctx;
@@ -65,47 +73,43 @@ pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Op
     let Some(uuid) = plan::identity(machine).map(|i| i.uuid) else {
         return Err(Error::NoUid);
     };
-    let Some(host) = super::host_of(machine, ctx).await? else {
+    let now = ctx.timestamp();
+    let Some(host) = host_of(machine, ctx).await? else {
         return Ok(Some(stalled(
             machine,
-            "HostNotFound",
+            MachineReason::HostNotFound,
             format!(
                 "LibvirtHost {:?} does not exist; recreate it, or set the annotation {ABANDON_ANNOTATION}=\"true\" to leave {} behind",
                 host_key.1,
                 list(&artifacts)
             ),
+            &now,
         )));
     };
-    let conn = match state.shared.hosts.get(&ctx.client, &host).await? {
-        Ok(c) => c,
-        Err(f) => return Ok(Some(stalled(machine, f.reason, f.message))),
-    };
-    let hv = conn.hypervisor();
     let recorded = artifacts.clone();
-    let result = tokio::task::spawn_blocking(move || {
-        provision::teardown(hv.as_ref(), &recorded, uuid)?;
-        Ok::<_, provision::ProvisionError>(provision::leftovers(hv.as_ref(), &recorded, uuid)?)
-    })
-    .await
-    .map_err(|e| Error::Task(e.to_string()))?;
-    match result {
-        Ok(left) if left.is_empty() => {
+    let called = state
+        .shared
+        .hosts
+        .call(&ctx.client, &host, move |hv| {
+            provision::teardown(hv, &recorded, uuid)?;
+            Ok::<_, provision::ProvisionError>(provision::leftovers(hv, &recorded, uuid)?)
+        })
+        .await?;
+    match called {
+        HostCall::Ran { result: Ok(left), .. } if left.is_empty() => {
             ctx.metrics.machine_events.with_label_values(&["deleted"]).inc();
             state.shared.placement.record(&host_id(&host), &uid, None);
             release(machine, state).await?;
             Ok(None)
         }
-        Ok(left) => Ok(Some(stalled(
+        HostCall::Ran { result: Ok(left), .. } => Ok(Some(stalled(
             machine,
-            "ArtifactsRemain",
+            MachineReason::ArtifactsRemain,
             format!("still on the host after teardown: {}", left.join(", ")),
+            &now,
         ))),
-        Err(e) => {
-            if e.is_transient() {
-                state.shared.hosts.forget(&host_id(&host)).await;
-            }
-            Ok(Some(stalled(machine, e.reason(), e.to_string())))
-        }
+        HostCall::Ran { result: Err(e), .. } => Ok(Some(stalled(machine, e.reason(), e.to_string(), &now))),
+        HostCall::Unreachable(f) => Ok(Some(stalled(machine, f.reason, f.message, &now))),
     }
 }
 
@@ -124,53 +128,40 @@ fn list(a: &ManagedArtifacts) -> String {
 }
 
 /// `Ready=False/Deleting` and `CleanupStalled=True` with why; retried.
-fn stalled(machine: &LibvirtMachine, reason: &'static str, message: String) -> Outcome {
+fn stalled(machine: &LibvirtMachine, reason: impl Into<Reason>, message: String, now: &Time) -> Outcome {
     let mut status = with_ready(
         current(machine),
         machine,
         Status::False,
-        "Deleting",
+        MachineReason::Deleting,
         "waiting for the host-side cleanup",
+        now,
     );
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     status.conditions = condition::merge_all(
         &status.conditions,
         &[DesiredCondition::new(
-            CLEANUP_STALLED,
+            MachineCondition::CleanupStalled.as_str(),
             Status::True,
-            reason,
+            reason.into().as_str(),
             message.clone(),
         )],
-        &now,
+        now,
         machine.metadata.generation,
     );
     Outcome {
         status,
         events: vec![(EventType::Warning, "CleanupStalled", message)],
         action: Action::requeue(STALL_RETRY),
+        counted: Vec::new(),
     }
 }
 
 /// Drop our finalizer.
 async fn release(machine: &LibvirtMachine, state: &State) -> Result<(), Error> {
-    let finalizers: Vec<String> = machine
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    let patch = serde_json::json!({
-        "metadata": {"finalizers": finalizers, "resourceVersion": machine.resource_version()},
-    });
-    match api(&state.ctx, machine)
-        .patch(&machine.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+    finalizer::release(&api(&state.ctx, machine), machine, FINALIZER)
         .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(source) => Err(Error::Patch {
+        .map_err(|source| Error::Patch {
             what: "finalizer",
             source,
-        }),
-    }
+        })
 }

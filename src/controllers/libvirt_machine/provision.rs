@@ -16,13 +16,14 @@ use uuid::Uuid;
 
 use super::plan::{RootDiskPlan, console_volume_name, split_pool_volume};
 use crate::{
-    api::libvirt_machine::{CloneStrategy, ManagedArtifacts},
+    api::libvirt_machine::{CloneStrategy, MachineReason, ManagedArtifacts, Reason},
     libvirt::{
         domain_xml::{ConsolePlan, DomainPlan, DomainXml},
         hypervisor::{DomainInfo, DomainState, HvResult, Hypervisor, HypervisorError, VolumeRef},
         volume_xml::{VolumeFormat, full_clone_volume, ignition_volume, overlay_volume},
         xml::XmlInputError,
     },
+    reconcile::host_connections::{Transient, hypervisor_reason},
 };
 
 /// Why provisioning stopped.
@@ -57,14 +58,14 @@ pub enum ProvisionError {
 }
 
 impl ProvisionError {
-    /// Bounded condition reason.
+    /// The condition reason.
     #[must_use]
-    pub fn reason(&self) -> &'static str {
+    pub const fn reason(&self) -> Reason {
         match self {
-            Self::Hypervisor(e) => e.reason(),
-            Self::PoolInactive(_) => "StoragePoolInactive",
-            Self::RootDiskTooSmall { .. } => "RootDiskTooSmall",
-            Self::DomainNameConflict { .. } => "DomainNameConflict",
+            Self::Hypervisor(e) => Reason::Host(hypervisor_reason(e)),
+            Self::PoolInactive(_) => Reason::Machine(MachineReason::StoragePoolInactive),
+            Self::RootDiskTooSmall { .. } => Reason::Machine(MachineReason::RootDiskTooSmall),
+            Self::DomainNameConflict { .. } => Reason::Machine(MachineReason::DomainNameConflict),
         }
     }
 
@@ -72,6 +73,12 @@ impl ProvisionError {
     #[must_use]
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Hypervisor(e) if e.is_transient())
+    }
+}
+
+impl Transient for ProvisionError {
+    fn is_transient(&self) -> bool {
+        Self::is_transient(self)
     }
 }
 

@@ -1,117 +1,145 @@
 //! Watching a provisioned machine's domain: restart it when it stopped, report it when it vanished.
 
-use kube::runtime::{controller::Action, events::EventType};
+use std::time::Duration;
 
-use super::{Error, HOST_RETRY, Outcome, State, current, host_of, plan, provision, waiting, with_ready};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{
+    ResourceExt,
+    runtime::{controller::Action, events::EventType},
+};
+use uuid::Uuid;
+
+use super::{
+    Error, HOST_RETRY, State, plan,
+    provision::{self, ProvisionError},
+    status::{Outcome, Wait, current, ready_reason, waiting, with_ready},
+};
 use crate::{
     api::{
-        condition::{self, Status},
-        libvirt_machine::LibvirtMachine,
+        condition::Status,
+        libvirt_host::LibvirtHost,
+        libvirt_machine::{LibvirtMachine, MachineReason},
     },
-    reconcile::host_connections::host_id,
+    libvirt::hypervisor::{DomainState, Hypervisor},
+    reconcile::host_connections::HostCall,
 };
 
-/// After provisioning: check the domain, restart it if it stopped, report it if it vanished.
-pub(super) async fn check(machine: &LibvirtMachine, state: &State, id: &plan::Identity) -> Result<Outcome, Error> {
-    let ctx = &state.ctx;
-    let interval = ctx.settings.domain_check_interval;
-    let host_name = &machine.spec.host_ref.name;
-    let Some(host) = host_of(machine, ctx).await? else {
-        return Ok(waiting(
-            machine,
-            "HostNotFound",
-            format!("LibvirtHost {host_name:?} does not exist"),
-            Action::requeue(interval),
-        ));
-    };
-    let conn = match state.shared.hosts.get(&ctx.client, &host).await? {
-        Ok(c) => c,
-        Err(f) => {
-            return Ok(waiting(
-                machine,
-                "HostUnreachable",
-                format!("{}: {}", f.reason, f.message),
-                Action::requeue(interval.min(HOST_RETRY)),
-            ));
-        }
-    };
-    let hv = conn.hypervisor();
-    let (name, uuid) = (id.node_name.clone(), id.uuid);
-    let observed = tokio::task::spawn_blocking(move || {
-        let found = provision::inspect(hv.as_ref(), &name, uuid)?;
-        match found {
-            Some(d) if !d.state.is_active() => {
-                let before = d.state;
-                let after = provision::restart(hv.as_ref(), &name)?;
-                Ok((Some(after.unwrap_or(before)), Some(before)))
-            }
-            Some(d) => Ok((Some(d.state), None)),
-            None => Ok::<_, provision::ProvisionError>((None, None)),
-        }
-    })
-    .await
-    .map_err(|e| Error::Task(e.to_string()))?;
-    let mut status = current(machine);
-    match observed {
-        Ok((Some(state_now), restarted_from)) => {
-            status.domain_state = Some(state_now.as_str().to_owned());
-            let mut events = Vec::new();
-            if let Some(before) = restarted_from {
-                ctx.metrics.machine_events.with_label_values(&["restarted"]).inc();
-                events.push((
-                    EventType::Warning,
-                    "DomainRestarted",
-                    format!(
-                        "domain {} was {} and has been started again",
-                        id.node_name,
-                        before.as_str()
-                    ),
-                ));
-            }
-            let (ready, reason) = if state_now.is_active() {
-                (Status::True, "DomainRunning")
-            } else {
-                (Status::False, "DomainNotRunning")
-            };
-            let message = format!("domain {} is {}", id.node_name, state_now.as_str());
-            Ok(Outcome {
-                status: with_ready(status, machine, ready, reason, message),
-                events,
-                action: Action::requeue(interval),
+/// What the check found on the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum DomainCheck {
+    /// The domain exists in this state (running, or not yet restartable).
+    Found(DomainState),
+    /// It had stopped (`before`) and was started again; `after` is its state now.
+    Restarted {
+        /// The state it was found in.
+        before: DomainState,
+        /// Its state after `start`.
+        after: DomainState,
+    },
+    /// No domain of ours under the machine's name.
+    Missing,
+}
+
+/// Look at the domain and start it again if it stopped (blocking: run on the host's thread).
+///
+/// # Errors
+/// Connection trouble, a foreign domain under our name, or a refused start.
+pub(super) fn inspect_and_restart(hv: &dyn Hypervisor, name: &str, uuid: Uuid) -> Result<DomainCheck, ProvisionError> {
+    match provision::inspect(hv, name, uuid)? {
+        Some(d) if !d.state.is_active() => {
+            let after = provision::restart(hv, name)?;
+            Ok(DomainCheck::Restarted {
+                before: d.state,
+                after: after.unwrap_or(d.state),
             })
         }
-        Ok((None, _)) => {
-            let was_missing =
-                condition::find(&status.conditions, condition::READY).is_some_and(|c| c.reason == "DomainMissing");
-            if !was_missing {
-                ctx.metrics.machine_events.with_label_values(&["vanished"]).inc();
+        Some(d) => Ok(DomainCheck::Found(d.state)),
+        None => Ok(DomainCheck::Missing),
+    }
+}
+
+/// The status after a check; `ready` stays latched whatever it found.
+pub(super) fn outcome(
+    machine: &LibvirtMachine,
+    id: &plan::Identity,
+    host_name: &str,
+    called: HostCall<DomainCheck, ProvisionError>,
+    interval: Duration,
+    now: &Time,
+) -> Outcome {
+    let retry = Action::requeue(interval.min(HOST_RETRY));
+    let check = match called {
+        HostCall::Ran { result: Ok(check), .. } => check,
+        HostCall::Ran { result: Err(e), .. } => {
+            return waiting(machine, Wait::new(e.reason(), e.to_string(), retry), now);
+        }
+        HostCall::Unreachable(f) => {
+            let message = format!("{}: {}", f.reason, f.message);
+            return waiting(machine, Wait::new(MachineReason::HostUnreachable, message, retry), now);
+        }
+    };
+    let mut status = current(machine);
+    let mut events = Vec::new();
+    let mut counted = Vec::new();
+    let (ready, reason, message) = match check {
+        DomainCheck::Missing => {
+            if ready_reason(&status) != Some(MachineReason::DomainMissing) {
+                counted.push("vanished");
             }
             status.domain_state = Some("missing".to_owned());
-            Ok(Outcome {
-                status: with_ready(
-                    status,
-                    machine,
-                    Status::False,
-                    "DomainMissing",
-                    format!(
-                        "domain {} no longer exists on {host_name}; replace the Machine (a MachineHealthCheck does this)",
-                        id.node_name
-                    ),
-                ),
-                events: Vec::new(),
-                action: Action::requeue(interval),
-            })
+            let message = format!(
+                "domain {} no longer exists on {host_name}; replace the Machine (a MachineHealthCheck does this)",
+                id.node_name
+            );
+            (Status::False, MachineReason::DomainMissing, message)
         }
-        Err(e) => {
-            if e.is_transient() {
-                state.shared.hosts.forget(&host_id(&host)).await;
+        DomainCheck::Found(state) | DomainCheck::Restarted { after: state, .. } => {
+            if let DomainCheck::Restarted { before, .. } = check {
+                counted.push("restarted");
+                let note = format!(
+                    "domain {} was {} and has been started again",
+                    id.node_name,
+                    before.as_str()
+                );
+                events.push((EventType::Warning, "DomainRestarted", note));
             }
-            Ok(waiting(
-                machine,
-                e.reason(),
-                e.to_string(),
-                Action::requeue(interval.min(HOST_RETRY)),
-            ))
+            status.domain_state = Some(state.as_str().to_owned());
+            let message = format!("domain {} is {}", id.node_name, state.as_str());
+            if state.is_active() {
+                (Status::True, MachineReason::DomainRunning, message)
+            } else {
+                (Status::False, MachineReason::DomainNotRunning, message)
+            }
         }
+    };
+    Outcome {
+        status: with_ready(status, machine, ready, reason, message, now),
+        events,
+        action: Action::requeue(interval),
+        counted,
     }
+}
+
+/// After provisioning: check the domain on `host`.
+pub(super) async fn check(
+    machine: &LibvirtMachine,
+    state: &State,
+    id: &plan::Identity,
+    host: &LibvirtHost,
+) -> Result<Outcome, Error> {
+    let ctx = &state.ctx;
+    let (name, uuid) = (id.node_name.clone(), id.uuid);
+    let called = state
+        .shared
+        .hosts
+        .call(&ctx.client, host, move |hv| inspect_and_restart(hv, &name, uuid))
+        .await?;
+    Ok(outcome(
+        machine,
+        id,
+        &host.name_any(),
+        called,
+        ctx.settings.domain_check_interval,
+        &ctx.timestamp(),
+    ))
 }

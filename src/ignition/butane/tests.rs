@@ -22,7 +22,7 @@ fn unsupported_field(yaml: &str) -> String {
 fn invalid_at(yaml: &str) -> String {
     match translate(yaml.as_bytes()) {
         Err(e @ Error::InvalidButane { .. }) => {
-            assert_eq!(e.reason(), "InvalidButane");
+            assert_eq!(e.reason().as_str(), "InvalidButane");
             let Error::InvalidButane { location, .. } = e else {
                 unreachable!()
             };
@@ -61,7 +61,7 @@ fn version_table() {
                 version: version.into()
             }
         );
-        assert_eq!(e.reason(), "UnsupportedButaneVersion");
+        assert_eq!(e.reason().as_str(), "UnsupportedButaneVersion");
     }
     assert_eq!(invalid_at("version: 1.5.0\n"), "variant");
     assert_eq!(invalid_at("variant: fcos\n"), "version");
@@ -403,7 +403,7 @@ fn too_large() {
         "variant: fcos\nversion: 1.5.0\n#{}\n",
         "x".repeat(crate::ignition::MAX_CONFIG_BYTES)
     );
-    assert_eq!(translate(yaml.as_bytes()).unwrap_err().reason(), "TooLarge");
+    assert_eq!(translate(yaml.as_bytes()).unwrap_err().reason().as_str(), "TooLarge");
 }
 
 proptest! {

@@ -343,22 +343,22 @@ fn payload_stays_small() {
 #[test]
 fn errors() {
     let e = render(br#"{"ignition":{"version":"2.2.0"}}"#, &v4()).unwrap_err();
-    assert_eq!(e.reason(), "IgnitionSpec2");
+    assert_eq!(e.reason().as_str(), "IgnitionSpec2");
     let e = render(b"{", &v4()).unwrap_err();
-    assert_eq!(e.reason(), "InvalidJSON");
+    assert_eq!(e.reason().as_str(), "InvalidJSON");
     let e = render(&vec![b' '; crate::ignition::MAX_CONFIG_BYTES + 1], &v4()).unwrap_err();
-    assert_eq!(e.reason(), "TooLarge");
+    assert_eq!(e.reason().as_str(), "TooLarge");
     let mut f = v4();
     f.network.gateway = Some("192.168.200.1".into());
     let e = render(bootstrap_for("3.2.0").as_bytes(), &f).unwrap_err();
-    assert_eq!(e.reason(), "InvalidMachineFacts");
+    assert_eq!(e.reason().as_str(), "InvalidMachineFacts");
     assert!(e.to_string().contains("network.gateway"), "{e}");
     let e = render(
         br#"{"ignition":{"version":"3.2.0","config":{"replace":{"source":"https://x/config"}}}}"#,
         &v4(),
     )
     .unwrap_err();
-    assert_eq!(e.reason(), "InvalidIgnition");
+    assert_eq!(e.reason().as_str(), "InvalidIgnition");
     assert!(e.to_string().contains("$.ignition.config.replace"), "{e}");
     // A replace object without a source is harmless.
     assert!(
@@ -437,7 +437,7 @@ fn check_outcome(input: &[u8]) -> Result<(), TestCaseError> {
             let v: Value = serde_json::from_slice(&r.json).map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(entries(&v, "files", HOSTNAME_PATH).len(), 1);
         }
-        Err(e) => prop_assert!(!e.to_string().is_empty() && !e.reason().is_empty()),
+        Err(e) => prop_assert!(!e.to_string().is_empty() && !e.reason().as_str().is_empty()),
     }
     Ok(())
 }

@@ -152,7 +152,7 @@ fn a_rerun_finds_everything_and_creates_nothing() {
 fn a_missing_pool_is_reported_and_nothing_is_made() {
     let hv = FakeHypervisor::new();
     let e = run(&hv).unwrap_err();
-    assert_eq!(e.reason(), "StoragePoolNotFound");
+    assert_eq!(e.reason().as_str(), "StoragePoolNotFound");
     assert!(!e.is_transient());
     assert!(hv.domains().is_empty());
     assert_eq!(hv.calls(Op::CreateVolume) + hv.calls(Op::DefineAndStart), 0);
@@ -163,7 +163,7 @@ fn an_inactive_pool_is_reported_and_a_rerun_after_starting_it_succeeds() {
     let hv = host();
     hv.set_pool_active(POOL, false);
     let e = run(&hv).unwrap_err();
-    assert_eq!(e.reason(), "StoragePoolInactive");
+    assert_eq!(e.reason().as_str(), "StoragePoolInactive");
     assert!(!e.is_transient());
     assert_eq!(hv.volume_names(POOL), [BASE]);
     hv.set_pool_active(POOL, true);
@@ -174,7 +174,7 @@ fn an_inactive_pool_is_reported_and_a_rerun_after_starting_it_succeeds() {
 fn a_missing_base_image_is_reported() {
     let hv = FakeHypervisor::new().with_pool(POOL, POOL_PATH, true);
     let e = run(&hv).unwrap_err();
-    assert_eq!(e.reason(), "BaseImageNotFound");
+    assert_eq!(e.reason().as_str(), "BaseImageNotFound");
     assert!(hv.volume_names(POOL).is_empty());
     assert!(hv.domains().is_empty());
 }
@@ -185,7 +185,7 @@ fn a_root_disk_smaller_than_the_base_image_is_refused() {
     let mut plan = root();
     plan.size_bytes = 8 << 30;
     let e = run_with(&hv, &plan, IGNITION).unwrap_err();
-    assert_eq!(e.reason(), "RootDiskTooSmall");
+    assert_eq!(e.reason().as_str(), "RootDiskTooSmall");
     assert!(
         matches!(e, ProvisionError::RootDiskTooSmall { size, base, .. } if size == 8 << 30 && base == BASE_SIZE),
         "{e:?}"
@@ -199,7 +199,7 @@ fn a_foreign_domain_with_our_name_is_a_conflict_and_left_untouched() {
     hv.insert_domain(NAME, foreign_uuid(), DomainState::Shutoff);
     let before = hv.domains();
     let e = run(&hv).unwrap_err();
-    assert_eq!(e.reason(), "DomainNameConflict");
+    assert_eq!(e.reason().as_str(), "DomainNameConflict");
     assert!(
         matches!(&e, ProvisionError::DomainNameConflict { found, ours, .. } if *found == foreign_uuid() && *ours == uuid())
     );
@@ -254,7 +254,7 @@ fn a_failed_define_is_transient_and_a_rerun_defines() {
     hv.fail_next(Op::DefineAndStart, libvirt_error());
     let e = run(&hv).unwrap_err();
     assert!(e.is_transient());
-    assert_eq!(e.reason(), "LibvirtError");
+    assert_eq!(e.reason().as_str(), "LibvirtError");
     assert!(hv.domains().is_empty());
     assert_eq!(hv.volume_names(POOL), all_volumes(), "the volumes stay for the rerun");
     let p = run(&hv).unwrap();

@@ -1,0 +1,233 @@
+//! Carrying out a [`Decision`]: the finalizer and `spec.providerID`, admission, and the
+//! host-side steps off the reactor.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{
+    ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{controller::Action, events::EventType},
+};
+
+use super::{
+    Error, FINALIZER, HOST_RETRY, State,
+    admission::{self, Admitted},
+    api,
+    decide::{Decision, ProvisionPlan, Step, host_invalid_spec},
+    plan, provision,
+    status::{Outcome, Wait, current, paused, waiting, with_ready},
+    watch,
+};
+use crate::{
+    api::{
+        common::InfrastructureInitialization,
+        condition::Status,
+        libvirt_host::LibvirtHost,
+        libvirt_machine::{AllocatedResources, LibvirtMachine, MachineReason},
+    },
+    reconcile::{finalizer, host_connections::HostCall},
+};
+
+/// Do what `decision` says and return the status to write.
+pub(super) async fn act(
+    machine: &LibvirtMachine,
+    state: &State,
+    id: &plan::Identity,
+    decision: Decision,
+) -> Result<Outcome, Error> {
+    let now = state.ctx.timestamp();
+    if decision.claim {
+        claim(machine, state, &id.provider_id).await?;
+    }
+    match decision.step {
+        Step::Wait(wait) => Ok(waiting(machine, wait, &now)),
+        Step::Pause => Ok(paused(machine, &now)),
+        Step::Watch(host) => watch::check(machine, state, id, &host).await,
+        Step::Provision(plan) => {
+            let stamps = Stamps {
+                now,
+                wall: state.ctx.wall_time(),
+            };
+            provision(machine, state, id, *plan, &stamps).await
+        }
+    }
+}
+
+/// Add the finalizer and set `spec.providerID` (one patch).
+async fn claim(machine: &LibvirtMachine, state: &State, provider_id: &str) -> Result<(), Error> {
+    let patch = serde_json::json!({
+        "metadata": {
+            "finalizers": finalizer::added(&machine.metadata, FINALIZER),
+            "resourceVersion": machine.resource_version(),
+        },
+        "spec": {"providerID": provider_id},
+    });
+    api(&state.ctx, machine)
+        .patch(&machine.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(|source| Error::Patch {
+            what: "finalizer and providerID",
+            source,
+        })?;
+    Ok(())
+}
+
+/// Admit (once), then bring the domain up on the host.
+async fn provision(
+    machine: &LibvirtMachine,
+    state: &State,
+    id: &plan::Identity,
+    plan: ProvisionPlan,
+    stamps: &Stamps,
+) -> Result<Outcome, Error> {
+    let ctx = &state.ctx;
+    let now = &stamps.now;
+    // After admission, carry the written status (allocation, artifacts) into every later write.
+    let admitted;
+    let machine = if current(machine).allocated.is_some() {
+        machine
+    } else {
+        match admission::admit(machine, state, &plan.host, id, now).await? {
+            Admitted::Now(written) => {
+                let mut updated = machine.clone();
+                updated.status = Some(*written);
+                admitted = updated;
+                &admitted
+            }
+            Admitted::Wait(wait) => return Ok(waiting(machine, wait, now)),
+        }
+    };
+    let Some(size) = current(machine).allocated else {
+        return Err(Error::Task("admission recorded no allocation".to_owned()));
+    };
+    let domain = match plan::domain(id, machine, &plan.host, size) {
+        Ok(domain) => domain,
+        Err(e) => {
+            let wait = Wait::new(host_invalid_spec(), e.to_string(), Action::await_change());
+            return Ok(waiting(machine, wait, now));
+        }
+    };
+    let ProvisionPlan { host, root, payload } = plan;
+    let started = Instant::now();
+    let called = state
+        .shared
+        .hosts
+        .call(&ctx.client, &host, move |hv| {
+            provision::provision(
+                hv,
+                &provision::Request {
+                    root: &root,
+                    domain: &domain,
+                    ignition: &payload,
+                },
+            )
+        })
+        .await?;
+    ctx.metrics.provision_duration.observe(started.elapsed().as_secs_f64());
+    let retry = ctx.settings.error_requeue.max(Duration::from_secs(1));
+    let placed = Placed { host: &host, size };
+    Ok(outcome(
+        machine,
+        id,
+        placed,
+        called,
+        retry,
+        ctx.settings.domain_check_interval,
+        stamps,
+    ))
+}
+
+/// The two clocks a provisioning pass stamps with.
+pub(super) struct Stamps {
+    /// The injected clock: condition transitions.
+    pub now: Time,
+    /// The API server's timeline: `status.provisionedAt`, which CSR approval compares with a
+    /// CSR's `creationTimestamp`.
+    pub wall: Time,
+}
+
+/// Where a machine was admitted, and with what.
+#[derive(Clone, Copy)]
+pub(super) struct Placed<'a> {
+    pub host: &'a LibvirtHost,
+    pub size: AllocatedResources,
+}
+
+/// The status after the host-side steps ran (or could not): `transient_retry` after connection
+/// trouble, `check_interval` once the domain runs.
+pub(super) fn outcome(
+    machine: &LibvirtMachine,
+    id: &plan::Identity,
+    placed: Placed<'_>,
+    called: HostCall<provision::Provisioned, provision::ProvisionError>,
+    transient_retry: Duration,
+    check_interval: Duration,
+    stamps: &Stamps,
+) -> Outcome {
+    let now = &stamps.now;
+    let done = match called {
+        HostCall::Ran { result: Ok(done), .. } => done,
+        HostCall::Ran { result: Err(e), .. } => {
+            let retry = if e.is_transient() { transient_retry } else { HOST_RETRY };
+            return waiting(
+                machine,
+                Wait::new(e.reason(), e.to_string(), Action::requeue(retry)),
+                now,
+            );
+        }
+        HostCall::Unreachable(f) => {
+            return waiting(
+                machine,
+                Wait::new(f.reason, f.message, Action::requeue(HOST_RETRY)),
+                now,
+            );
+        }
+    };
+    let Placed { host, size } = placed;
+    let mut status = current(machine);
+    status.ready = true;
+    if status.provisioned_at.is_none() {
+        status.provisioned_at = Some(stamps.wall.clone());
+    }
+    status.initialization = Some(InfrastructureInitialization {
+        provisioned: Some(true),
+    });
+    status.addresses = plan::addresses(id, &machine.spec);
+    status.node_name = Some(id.node_name.clone());
+    status.domain_uuid = Some(id.uuid.hyphenated().to_string());
+    status.domain_state = Some(done.domain.state.as_str().to_owned());
+    status.allocated = Some(size);
+    status.managed_artifacts = Some(plan::artifacts(id, &machine.spec, host));
+    let message = format!(
+        "domain {} {} on {} ({} vCPUs, {} MiB)",
+        id.node_name,
+        done.domain.state.as_str(),
+        host.name_any(),
+        size.vcpus,
+        size.memory_mb
+    );
+    let mut events = vec![(EventType::Normal, "Provisioned", message.clone())];
+    let mut counted = vec!["provisioned"];
+    if done.started_now && !done.defined_now {
+        counted.push("restarted");
+        let note = format!(
+            "domain {} was defined but not running and has been started",
+            id.node_name
+        );
+        events.push((EventType::Warning, "DomainRestarted", note));
+    }
+    Outcome {
+        status: with_ready(
+            status,
+            machine,
+            Status::True,
+            MachineReason::DomainRunning,
+            message,
+            now,
+        ),
+        events,
+        action: Action::requeue(check_interval),
+        counted,
+    }
+}

@@ -1,0 +1,109 @@
+//! Everything one provisioning pass reads, in the order the contract needs it. Reading stops at
+//! the first missing piece, and at a pause, so that a machine waiting early costs few requests.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{ByteString, api::core::v1::Secret};
+use kube::{Api, ResourceExt, api::DynamicObject};
+
+use super::{Error, get_err};
+use crate::{
+    api::{
+        capi::{ClusterView, MachineView},
+        libvirt_host::LibvirtHost,
+        libvirt_machine::LibvirtMachine,
+    },
+    reconcile::{Context, owner},
+};
+
+/// What exists around a machine that is not being deleted.
+#[derive(Debug)]
+pub(super) enum Observed {
+    /// Cluster API has not set a Machine as owner.
+    NoOwner,
+    /// The owner Machine does not exist.
+    MachineMissing(String),
+    /// The Machine's Cluster does not exist.
+    ClusterMissing(String),
+    /// The Cluster or the machine is paused; nothing more was read.
+    Paused,
+    /// The Machine and its Cluster, and what was read after them.
+    Owned(Box<Owned>),
+}
+
+/// A machine's surroundings once its owner is known.
+#[derive(Debug)]
+pub(super) struct Owned {
+    /// The owner Machine.
+    pub machine: MachineView,
+    /// The LibvirtHost the spec names, if it exists.
+    pub host: Option<LibvirtHost>,
+    /// The bootstrap data Secret's contents, read only while provisioning can use them.
+    pub bootstrap: Bootstrap,
+}
+
+/// The bootstrap data Secret, as far as it was read.
+#[derive(Debug)]
+pub(super) enum Bootstrap {
+    /// Not needed (the machine is provisioned, or an earlier step waits).
+    NotRead,
+    /// The Secret the Machine names does not exist.
+    Missing,
+    /// The Secret's data.
+    Found(BTreeMap<String, ByteString>),
+}
+
+/// The LibvirtHost `machine` names, if it exists.
+pub(super) async fn host_of(machine: &LibvirtMachine, ctx: &Context) -> Result<Option<LibvirtHost>, Error> {
+    let name = &machine.spec.host_ref.name;
+    Api::<LibvirtHost>::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default())
+        .get_opt(name)
+        .await
+        .map_err(get_err(format!("LibvirtHost {name}")))
+}
+
+/// Read what provisioning or watching `machine` needs.
+pub(super) async fn observe(machine: &LibvirtMachine, ctx: &Context) -> Result<Observed, Error> {
+    let namespace = machine.namespace().unwrap_or_default();
+    let Some(owner) = owner::capi_owner(&machine.metadata, "Machine") else {
+        return Ok(Observed::NoOwner);
+    };
+    let machines: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.machine());
+    let Some(found) = machines
+        .get_opt(&owner.name)
+        .await
+        .map_err(get_err(format!("Machine {}", owner.name)))?
+    else {
+        return Ok(Observed::MachineMissing(owner.name.clone()));
+    };
+    let capi_machine = MachineView::decode(&found, ctx.capi)?;
+    let clusters: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.cluster());
+    let Some(cluster) = clusters
+        .get_opt(&capi_machine.cluster_name)
+        .await
+        .map_err(get_err(format!("Cluster {}", capi_machine.cluster_name)))?
+    else {
+        return Ok(Observed::ClusterMissing(capi_machine.cluster_name));
+    };
+    if owner::is_paused(ClusterView::decode(&cluster, ctx.capi)?.paused, &machine.metadata) {
+        return Ok(Observed::Paused);
+    }
+    let host = host_of(machine, ctx).await?;
+    let provisioning = !machine.status.as_ref().is_some_and(|s| s.ready);
+    let host_ready = host.as_ref().and_then(|h| h.status.as_ref()).is_some_and(|s| s.ready);
+    let bootstrap = match &capi_machine.data_secret_name {
+        Some(name) if provisioning && host_ready => {
+            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+            match secrets.get_opt(name).await.map_err(get_err(format!("Secret {name}")))? {
+                Some(secret) => Bootstrap::Found(secret.data.unwrap_or_default()),
+                None => Bootstrap::Missing,
+            }
+        }
+        _ => Bootstrap::NotRead,
+    };
+    Ok(Observed::Owned(Box::new(Owned {
+        machine: capi_machine,
+        host,
+        bootstrap,
+    })))
+}
