@@ -46,40 +46,62 @@ impl ManagerConfig {
     /// Build the configuration from `run`'s flags; `default_namespace` is the client's namespace.
     #[must_use]
     pub fn from_args(args: &RunArgs, default_namespace: &str) -> Self {
-        let families = if args.controllers.is_empty() {
+        // Destructured in full, so that a new flag cannot be left unwired.
+        let RunArgs {
+            controllers,
+            metrics_addr,
+            watch_namespace,
+            leader_elect,
+            leader_election_name,
+            leader_election_namespace,
+            leader_election_identity,
+            lease_duration_seconds,
+            endpoint_probe_interval_seconds,
+            endpoint_probe_timeout_seconds,
+            max_concurrent_creations,
+            domain_check_interval_seconds,
+            max_concurrent_host_connects,
+            csr_approval_window_minutes,
+            workload_service_account,
+            workload_service_account_namespace,
+            workload_api_server,
+            workload_token_lifetime_minutes,
+            // Used before the client exists: main's `app::connect`.
+            api_timeout_seconds: _,
+        } = args;
+        let families = if controllers.is_empty() {
             Family::compiled()
         } else {
-            dedup(&args.controllers)
+            dedup(controllers)
         };
-        let leader = args.leader_elect.then(|| LeaderConfig {
-            name: args.leader_election_name.clone(),
-            namespace: args
-                .leader_election_namespace
+        let leader = leader_elect.then(|| LeaderConfig {
+            name: leader_election_name.clone(),
+            namespace: leader_election_namespace
                 .clone()
                 .unwrap_or_else(|| default_namespace.to_owned()),
-            identity: args.leader_election_identity.clone().unwrap_or_else(default_identity),
-            duration_seconds: args.lease_duration_seconds,
+            identity: leader_election_identity.clone().unwrap_or_else(default_identity),
+            duration_seconds: *lease_duration_seconds,
         });
         Self {
             families,
-            metrics_addr: args.metrics_addr,
+            metrics_addr: *metrics_addr,
             settings: Settings {
-                watch_namespace: args.watch_namespace.clone(),
-                endpoint_probe_interval: args.endpoint_probe_interval(),
+                watch_namespace: watch_namespace.clone(),
+                endpoint_probe_interval: Duration::from_secs(*endpoint_probe_interval_seconds),
                 error_requeue: Duration::from_secs(10),
-                max_concurrent_creations: usize::try_from(args.max_concurrent_creations).unwrap_or(usize::MAX),
-                domain_check_interval: Duration::from_secs(args.domain_check_interval_seconds),
-                max_concurrent_host_connects: usize::try_from(args.max_concurrent_host_connects).unwrap_or(usize::MAX),
-                csr_approval_window: Duration::from_secs(args.csr_approval_window_minutes * 60),
-                workload_service_account: args.workload_service_account.clone(),
-                workload_service_account_namespace: args.workload_service_account_namespace.clone(),
-                workload_api_server: args.workload_api_server.clone(),
-                workload_token_lifetime: Duration::from_secs(args.workload_token_lifetime_minutes * 60),
+                max_concurrent_creations: usize::try_from(*max_concurrent_creations).unwrap_or(usize::MAX),
+                domain_check_interval: Duration::from_secs(*domain_check_interval_seconds),
+                max_concurrent_host_connects: usize::try_from(*max_concurrent_host_connects).unwrap_or(usize::MAX),
+                csr_approval_window: Duration::from_secs(csr_approval_window_minutes * 60),
+                workload_service_account: workload_service_account.clone(),
+                workload_service_account_namespace: workload_service_account_namespace.clone(),
+                workload_api_server: workload_api_server.clone(),
+                workload_token_lifetime: Duration::from_secs(workload_token_lifetime_minutes * 60),
                 api_server_ca: None,
             },
             leader,
             probe: Arc::new(TcpProbe {
-                timeout: args.endpoint_probe_timeout(),
+                timeout: Duration::from_secs(*endpoint_probe_timeout_seconds),
             }),
             clock: Arc::new(SystemClock),
         }

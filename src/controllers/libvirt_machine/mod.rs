@@ -1,12 +1,16 @@
 //! LibvirtMachine controller: one worker VM per object, per the Cluster API InfraMachine contract.
 //!
-//! Provisioning, each step observed before it acts (see [`provision`] for the host side):
-//! owner Machine → Cluster not paused → finalizer → `spec.providerID` → bootstrap data Secret
-//! named by the Machine → host exists and is ready → capacity admitted ([`crate::reconcile::placement`]) →
-//! connection → Ignition rendered for this VM → root disk, Ignition volume, domain defined and
-//! started → `status.ready`, `initialization.provisioned`, addresses.
+//! A pass is observe (`observe.rs`: the reads) → decide (`decide.rs`: pure, a `Step`) → act
+//! (`act.rs`: the writes and the host-side steps of [`provision`], off the reactor).
 //!
-//! The step a machine waits at is the `Ready` condition's reason: `WaitingForMachineOwner`,
+//! Provisioning, each step observed before it acts:
+//! owner Machine → Cluster not paused → finalizer → `spec.providerID` → bootstrap data Secret
+//! named by the Machine → host exists and is ready → capacity admitted
+//! ([`crate::reconcile::placement`]) → connection → Ignition rendered for this VM → root disk,
+//! Ignition volume, domain defined and started → `status.ready`, `initialization.provisioned`,
+//! addresses.
+//!
+//! The step a machine waits at is the `Ready` condition's reason ([`crate::api::libvirt_machine::Reason`]): `WaitingForMachineOwner`,
 //! `MachineNotFound`, `ClusterNotFound`, `WaitingForBootstrapData`, `BootstrapDataNotFound`,
 //! `InvalidBootstrapData` (or the Ignition library's reason), `HostNotFound`, `WaitingForHost`,
 //! `WaitingForCapacity`, a connection failure (`HostKeyMismatch`, `ConnectionFailed`, …),
