@@ -48,6 +48,12 @@ macro_rules! condition_names {
             }
         }
 
+        impl $crate::api::condition::Name for $name {
+            fn as_str(self) -> &'static str {
+                Self::as_str(self)
+            }
+        }
+
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
@@ -56,6 +62,71 @@ macro_rules! condition_names {
     };
     (@wire $variant:ident $wire:literal) => { $wire };
     (@wire $variant:ident) => { stringify!($variant) };
+}
+
+/// Declares a kind's reason as the union of bounded sets (its own, and those of the domain
+/// modules whose failures it reports), each set a tuple variant with a `From` into the union.
+#[macro_export]
+macro_rules! condition_reasons {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident($set:ty) ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $name {
+            $( $(#[$vmeta])* $variant($set) ),+
+        }
+
+        impl $name {
+            /// The wire form.
+            #[must_use]
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( Self::$variant(r) => r.as_str() ),+
+                }
+            }
+        }
+
+        impl $crate::api::condition::Name for $name {
+            fn as_str(self) -> &'static str {
+                Self::as_str(self)
+            }
+        }
+
+        $(impl From<$set> for $name {
+            fn from(r: $set) -> Self {
+                Self::$variant(r)
+            }
+        })+
+    };
+}
+
+/// A condition type or reason from one of the bounded sets [`condition_names!`] declares:
+/// what [`DesiredCondition::new`] takes, so that no condition is written from a bare string.
+pub trait Name: Copy {
+    /// The wire form.
+    fn as_str(self) -> &'static str;
+}
+
+/// A status that carries conditions (every kind's), for the shared status writer.
+pub trait HasConditions {
+    /// The conditions, in stored order.
+    fn conditions(&self) -> &[Condition];
+}
+
+/// Implement [`HasConditions`] for status types whose list is the `conditions` field.
+#[macro_export]
+macro_rules! has_conditions {
+    ($($status:ty),+ $(,)?) => {
+        $(impl $crate::api::condition::HasConditions for $status {
+            fn conditions(&self) -> &[$crate::api::condition::Condition] {
+                &self.conditions
+            }
+        })+
+    };
 }
 
 /// The three values a condition status can take.
@@ -102,11 +173,11 @@ pub struct DesiredCondition {
 
 impl DesiredCondition {
     /// A condition of `type_` with the given status, reason and message.
-    pub fn new(type_: &'static str, status: Status, reason: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(type_: impl Name, status: Status, reason: impl Name, message: impl Into<String>) -> Self {
         Self {
-            type_,
+            type_: type_.as_str(),
             status,
-            reason,
+            reason: reason.as_str(),
             message: message.into(),
         }
     }
@@ -173,6 +244,24 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
 mod tests {
     use super::*;
 
+    crate::condition_names! {
+        enum Type { Ready, Paused }
+    }
+
+    crate::condition_names! {
+        enum Why { A, B, Ok, NotPaused, Paused, InvalidJson = "InvalidJSON" }
+    }
+
+    #[test]
+    fn names_round_trip_and_keep_explicit_wire_forms() {
+        assert_eq!(Why::InvalidJson.as_str(), "InvalidJSON");
+        assert_eq!(Why::parse("InvalidJSON"), Some(Why::InvalidJson));
+        assert_eq!(Why::parse("InvalidJson"), None);
+        assert_eq!(Type::ALL, [Type::Ready, Type::Paused]);
+        assert_eq!(Type::parse("Paused"), Some(Type::Paused));
+        assert_eq!(Why::Ok.to_string(), "Ok");
+    }
+
     fn time(s: &str) -> Time {
         Time(s.parse().unwrap())
     }
@@ -181,13 +270,13 @@ mod tests {
     fn keeps_transition_time_when_status_is_unchanged() {
         let first = merge(
             &[],
-            &DesiredCondition::new(READY, Status::False, "A", "a"),
+            &DesiredCondition::new(Type::Ready, Status::False, Why::A, "a"),
             &time("2026-01-01T00:00:00Z"),
             Some(1),
         );
         let second = merge(
             &first,
-            &DesiredCondition::new(READY, Status::False, "B", "b"),
+            &DesiredCondition::new(Type::Ready, Status::False, Why::B, "b"),
             &time("2026-01-02T00:00:00Z"),
             Some(2),
         );
@@ -201,13 +290,13 @@ mod tests {
     fn moves_transition_time_when_status_flips() {
         let first = merge(
             &[],
-            &DesiredCondition::new(READY, Status::False, "A", ""),
+            &DesiredCondition::new(Type::Ready, Status::False, Why::A, ""),
             &time("2026-01-01T00:00:00Z"),
             None,
         );
         let second = merge(
             &first,
-            &DesiredCondition::new(READY, Status::True, "A", ""),
+            &DesiredCondition::new(Type::Ready, Status::True, Why::A, ""),
             &time("2026-01-03T00:00:00Z"),
             None,
         );
@@ -221,15 +310,15 @@ mod tests {
         let list = merge_all(
             &[],
             &[
-                DesiredCondition::new(PAUSED, Status::False, "NotPaused", ""),
-                DesiredCondition::new(READY, Status::True, "Ok", ""),
+                DesiredCondition::new(Type::Paused, Status::False, Why::NotPaused, ""),
+                DesiredCondition::new(Type::Ready, Status::True, Why::Ok, ""),
             ],
             &now,
             None,
         );
         let list = merge(
             &list,
-            &DesiredCondition::new(PAUSED, Status::True, "Paused", ""),
+            &DesiredCondition::new(Type::Paused, Status::True, Why::Paused, ""),
             &now,
             None,
         );

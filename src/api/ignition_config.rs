@@ -117,3 +117,44 @@ pub struct IgnitionConfigTemplateResource {
     /// Spec of every clone.
     pub spec: IgnitionConfigSpec,
 }
+
+crate::condition_names! {
+    /// Condition types of an IgnitionConfig.
+    pub enum ConfigCondition {
+        /// The data Secret holds the current bootstrap data.
+        Ready,
+        /// Reconciliation is paused.
+        Paused,
+    }
+}
+
+crate::condition_names! {
+    /// An IgnitionConfig's own reasons; [`Reason`] adds the Ignition library's.
+    pub enum ConfigReason {
+        /// The data Secret holds the current bootstrap data.
+        DataSecretCreated,
+        /// The Secret named by `spec.secretRef.name` does not exist.
+        SourceSecretNotFound,
+        /// The source Secret has no `spec.secretRef.key`.
+        SourceKeyNotFound,
+        /// The source Secret's `format` key is neither `ignition` nor `butane`.
+        UnsupportedFormat,
+        /// A Secret with the data Secret's name exists and is not owned by this IgnitionConfig.
+        DataSecretConflict,
+        /// Reconciliation is paused.
+        Paused,
+        /// Reconciliation is not paused.
+        NotPaused,
+    }
+}
+
+crate::condition_reasons! {
+    /// The reason of an IgnitionConfig condition: its own, or why the source is not valid
+    /// Ignition or Butane.
+    pub enum Reason {
+        /// One of the IgnitionConfig's own.
+        Config(ConfigReason),
+        /// The Ignition library refused the source.
+        Ignition(crate::ignition::Reason),
+    }
+}

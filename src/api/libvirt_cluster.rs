@@ -73,37 +73,32 @@ pub struct LibvirtClusterStatus {
     pub observed_generation: Option<i64>,
 }
 
-/// Reasons of the LibvirtCluster `Ready` and `Paused` conditions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    /// The control plane endpoint accepted a TCP connection.
-    ControlPlaneReachable,
-    /// The control plane endpoint did not accept a TCP connection in time.
-    ControlPlaneUnreachable,
-    /// No endpoint is set, so there is nothing to check.
-    NoControlPlaneEndpoint,
-    /// CAPI core has not yet made a Cluster the owner of this object.
-    WaitingForOwnerCluster,
-    /// The owning Cluster named in the ownerReference does not exist.
-    OwnerClusterNotFound,
-    /// The Cluster or this object is paused.
-    Paused,
-    /// Reconciliation is not paused.
-    NotPaused,
+crate::condition_names! {
+    /// Condition types of a LibvirtCluster.
+    pub enum ClusterCondition {
+        /// The summary.
+        Ready,
+        /// Reconciliation is paused.
+        Paused,
+    }
 }
 
-impl Reason {
-    /// The wire form of the reason.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::ControlPlaneReachable => "ControlPlaneReachable",
-            Self::ControlPlaneUnreachable => "ControlPlaneUnreachable",
-            Self::NoControlPlaneEndpoint => "NoControlPlaneEndpoint",
-            Self::WaitingForOwnerCluster => "WaitingForOwnerCluster",
-            Self::OwnerClusterNotFound => "OwnerClusterNotFound",
-            Self::Paused => "Paused",
-            Self::NotPaused => "NotPaused",
-        }
+crate::condition_names! {
+    /// Reasons of the LibvirtCluster `Ready` and `Paused` conditions.
+    pub enum Reason {
+        /// The control plane endpoint accepted a TCP connection.
+        ControlPlaneReachable,
+        /// The control plane endpoint did not accept a TCP connection in time.
+        ControlPlaneUnreachable,
+        /// No endpoint is set, so there is nothing to check.
+        NoControlPlaneEndpoint,
+        /// CAPI core has not yet made a Cluster the owner of this object.
+        WaitingForOwnerCluster,
+        /// The owning Cluster named in the ownerReference does not exist.
+        OwnerClusterNotFound,
+        /// The Cluster or this object is paused.
+        Paused,
+        /// Reconciliation is not paused.
+        NotPaused,
     }
 }

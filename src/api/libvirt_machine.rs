@@ -438,37 +438,14 @@ crate::condition_names! {
     }
 }
 
-/// The reason of a LibvirtMachine condition: its own, its host's, or why its Ignition is invalid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Reason {
-    /// One of the machine's own.
-    Machine(MachineReason),
-    /// The host cannot be used (connection, libvirt).
-    Host(super::libvirt_host::HostReason),
-    /// The bootstrap data is not valid Ignition.
-    Ignition(crate::ignition::Reason),
-}
-
-impl Reason {
-    /// The wire form.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Machine(r) => r.as_str(),
-            Self::Host(r) => r.as_str(),
-            Self::Ignition(r) => r.as_str(),
-        }
-    }
-}
-
-impl From<MachineReason> for Reason {
-    fn from(r: MachineReason) -> Self {
-        Self::Machine(r)
-    }
-}
-
-impl From<super::libvirt_host::HostReason> for Reason {
-    fn from(r: super::libvirt_host::HostReason) -> Self {
-        Self::Host(r)
+crate::condition_reasons! {
+    /// The reason of a LibvirtMachine condition: its own, its host's, or why its Ignition is invalid.
+    pub enum Reason {
+        /// One of the machine's own.
+        Machine(MachineReason),
+        /// The host cannot be used (connection, libvirt).
+        Host(super::libvirt_host::HostReason),
+        /// The bootstrap data is not valid Ignition.
+        Ignition(crate::ignition::Reason),
     }
 }

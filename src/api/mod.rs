@@ -2,39 +2,29 @@
 //!
 //! Nothing here performs I/O: these are the shapes users write and controllers report.
 
+#![allow(
+    clippy::duplicated_attributes,
+    reason = "kube's printcolumn(...) repeats `type_` for every column"
+)]
+
 pub mod capi;
 pub mod common;
 pub mod condition;
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "kube's printcolumn(...) repeats `type_` for every column"
-)]
 pub mod ignition_config;
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "kube's printcolumn(...) repeats `type_` for every column"
-)]
 pub mod libvirt_cluster;
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "kube's printcolumn(...) repeats `type_` for every column"
-)]
 pub mod libvirt_host;
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "kube's printcolumn(...) repeats `type_` for every column"
-)]
 pub mod libvirt_machine;
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "kube's printcolumn(...) repeats `type_` for every column"
-)]
 pub mod scheduled_machine;
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "kube's printcolumn(...) repeats `type_` for every column"
-)]
 pub mod self_managed_control_plane;
+
+crate::has_conditions!(
+    ignition_config::IgnitionConfigStatus,
+    libvirt_cluster::LibvirtClusterStatus,
+    libvirt_host::LibvirtHostStatus,
+    libvirt_machine::LibvirtMachineStatus,
+    scheduled_machine::ScheduledMachineStatus,
+    self_managed_control_plane::SelfManagedControlPlaneStatus,
+);
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -279,3 +279,81 @@ pub struct ScheduledMachineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
+
+crate::condition_names! {
+    /// Condition types of a ScheduledMachine.
+    pub enum ScheduledCondition {
+        /// The worker is up for an open window (reason `Active`), or the phase says why not.
+        Ready,
+        /// The schedule and the rest of the spec are usable.
+        ScheduleValid,
+        /// The Machine's Node has joined.
+        MachineReady,
+    }
+}
+
+crate::condition_names! {
+    /// A ScheduledMachine's own reasons; [`Reason`] adds the schedule engine's.
+    pub enum ScheduledReason {
+        /// `Ready`: the window is open and the Machine runs.
+        Active,
+        /// `Ready`: phase Pending.
+        Pending,
+        /// `Ready`: phase ShuttingDown.
+        ShuttingDown,
+        /// `Ready`: phase Inactive.
+        Inactive,
+        /// `Ready`: phase Disabled.
+        Disabled,
+        /// `Ready`: phase Terminated.
+        Terminated,
+        /// `Ready`: phase Error.
+        Error,
+        /// `ScheduleValid`: the spec is usable.
+        ScheduleValid,
+        /// `ScheduleValid`: an object with a child's name exists that we did not create.
+        NameConflict,
+        /// `ScheduleValid`: a kind the spec names is not served.
+        KindNotServed,
+        /// `ScheduleValid`: an apiVersion names the wrong group.
+        InvalidApiGroup = "InvalidAPIGroup",
+        /// `ScheduleValid`: not exactly one of bootstrapSpec and bootstrapDataSecretName.
+        InvalidBootstrapSource,
+        /// `ScheduleValid`: a label only the controller may set.
+        ReservedLabel,
+        /// `MachineReady`: no Machine exists.
+        NoMachine,
+        /// `MachineReady`: the Machine is being deleted.
+        MachineDeleting,
+        /// `MachineReady`: the Machine's Node has joined.
+        MachineRunning,
+        /// `MachineReady`: the Machine exists but does not run yet.
+        MachineNotRunning,
+    }
+}
+
+crate::condition_reasons! {
+    /// The reason of a ScheduledMachine condition: its own, or why its schedule was refused.
+    pub enum Reason {
+        /// One of the ScheduledMachine's own.
+        Own(ScheduledReason),
+        /// The schedule engine refused `spec.schedule` or a duration.
+        Schedule(crate::schedule::Reason),
+    }
+}
+
+impl Phase {
+    /// The `Ready=False` reason of this phase.
+    #[must_use]
+    pub const fn reason(self) -> ScheduledReason {
+        match self {
+            Self::Pending => ScheduledReason::Pending,
+            Self::Active => ScheduledReason::Active,
+            Self::ShuttingDown => ScheduledReason::ShuttingDown,
+            Self::Inactive => ScheduledReason::Inactive,
+            Self::Disabled => ScheduledReason::Disabled,
+            Self::Terminated => ScheduledReason::Terminated,
+            Self::Error => ScheduledReason::Error,
+        }
+    }
+}

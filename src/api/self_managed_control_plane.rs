@@ -123,40 +123,34 @@ pub struct KubeconfigStatus {
     pub renew_at: Option<Time>,
 }
 
-/// Reasons of the SelfManagedControlPlane `Ready` and `Paused` conditions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    /// The kubeconfig Secret holds a current token for the configured server.
-    KubeconfigAvailable,
-    /// A `<cluster>-kubeconfig` Secret not owned by this object exists; it is left alone.
-    UserProvidedKubeconfig,
-    /// Neither `spec.server` nor a control plane endpoint (Cluster or LibvirtCluster) is known.
-    NoControlPlaneEndpoint,
-    /// The ServiceAccount the token is minted for does not exist.
-    WorkloadServiceAccountNotFound,
-    /// The object names no Cluster (no cluster-name label, no Cluster owner).
-    WaitingForCluster,
-    /// The Cluster it belongs to does not exist.
-    ClusterNotFound,
-    /// The Cluster or this object is paused.
-    Paused,
-    /// Reconciliation is not paused.
-    NotPaused,
+crate::condition_names! {
+    /// Condition types of a SelfManagedControlPlane.
+    pub enum ControlPlaneCondition {
+        /// The summary.
+        Ready,
+        /// Reconciliation is paused.
+        Paused,
+    }
 }
 
-impl Reason {
-    /// The wire form of the reason.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::KubeconfigAvailable => "KubeconfigAvailable",
-            Self::UserProvidedKubeconfig => "UserProvidedKubeconfig",
-            Self::NoControlPlaneEndpoint => "NoControlPlaneEndpoint",
-            Self::WorkloadServiceAccountNotFound => "WorkloadServiceAccountNotFound",
-            Self::WaitingForCluster => "WaitingForCluster",
-            Self::ClusterNotFound => "ClusterNotFound",
-            Self::Paused => "Paused",
-            Self::NotPaused => "NotPaused",
-        }
+crate::condition_names! {
+    /// Reasons of the SelfManagedControlPlane `Ready` and `Paused` conditions.
+    pub enum Reason {
+        /// The kubeconfig Secret holds a current token for the configured server.
+        KubeconfigAvailable,
+        /// A `<cluster>-kubeconfig` Secret not owned by this object exists; it is left alone.
+        UserProvidedKubeconfig,
+        /// Neither `spec.server` nor a control plane endpoint (Cluster or LibvirtCluster) is known.
+        NoControlPlaneEndpoint,
+        /// The ServiceAccount the token is minted for does not exist.
+        WorkloadServiceAccountNotFound,
+        /// The object names no Cluster (no cluster-name label, no Cluster owner).
+        WaitingForCluster,
+        /// The Cluster it belongs to does not exist.
+        ClusterNotFound,
+        /// The Cluster or this object is paused.
+        Paused,
+        /// Reconciliation is not paused.
+        NotPaused,
     }
 }

@@ -5,6 +5,7 @@
 //! Nothing here knows a kind's policy; `crate::controllers` holds one module per kind.
 
 pub mod capi;
+pub mod error;
 pub mod finalizer;
 #[cfg(feature = "caplv")]
 pub mod host_connections;
@@ -31,7 +32,8 @@ use tracing::Instrument;
 
 use crate::{api::capi::CapiVersion, app::health::Readiness, clock::Clock, endpoint::EndpointProbe, metrics::Metrics};
 
-pub use status::{apply_status, condition_events, publish_event};
+pub use error::ApiError;
+pub use status::{apply_status, condition_events, publish_event, write_status};
 
 /// The ServiceAccount the chart creates for Cluster API core's access to the workload cluster.
 pub const DEFAULT_WORKLOAD_SERVICE_ACCOUNT: &str = "caplv-workload-access";
@@ -156,6 +158,16 @@ impl Context {
     #[must_use]
     pub fn wall_time(&self) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
+    }
+
+    /// An `Api` for a kind resolved at run time (CAPI core's Cluster and Machine), scoped to the
+    /// watch namespace, or to all namespaces.
+    #[must_use]
+    pub fn watched_dynamic(&self, resource: &kube::core::ApiResource) -> Api<kube::api::DynamicObject> {
+        match &self.settings.watch_namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        }
     }
 
     /// An `Api` for `K` scoped to the watch namespace, or to all namespaces.
@@ -284,6 +296,30 @@ pub async fn drive<K, Ctx, Fut, E>(
         .for_each(|_| futures::future::ready(()))
         .await;
     metrics.controller_ready.with_label_values(&[name]).set(0);
+}
+
+/// [`drive`] a controller whose readiness is its own cache's first full list.
+pub async fn drive_cached<K, Ctx, Fut, E>(
+    controller: Controller<K>,
+    name: &'static str,
+    readiness: Readiness,
+    reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> Fut,
+    state: Arc<Ctx>,
+    ctx: &Context,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    Fut: Future<Output = Result<ControllerAction, E>> + Send + 'static,
+    E: ReconcileError,
+{
+    let store = controller.store();
+    let synced = async move { wait_synced(&store).await };
+    drive(
+        controller,
+        Readying::new(name, synced, readiness, ctx),
+        reconcile,
+        state,
+    )
+    .await;
 }
 
 /// Retry delay after a write conflict: the newer object is already on its way.

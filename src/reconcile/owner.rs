@@ -7,6 +7,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use crate::api::{PAUSED_ANNOTATION, capi::GROUP as CAPI_GROUP};
 
+/// The message of `Paused=True`, the same for every kind.
+pub const PAUSED_MESSAGE: &str = "reconciliation is paused by the Cluster or the cluster.x-k8s.io/paused annotation";
+
 /// The owner reference to a Cluster API core object of `kind` (`Machine`, `Cluster`): the
 /// controller reference when there are several, else the first.
 #[must_use]

@@ -2,9 +2,9 @@
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use crate::api::condition::{self, Condition, Status};
+use crate::api::condition::{self, Condition, HasConditions, Status};
 use kube::{
-    Resource,
+    Resource, ResourceExt,
     api::{Api, Patch, PatchParams},
     runtime::events::{Event, EventType, Recorder},
 };
@@ -28,6 +28,41 @@ where
     });
     api.patch_status(name, &PatchParams::apply(field_manager).force(), &Patch::Apply(patch))
         .await?;
+    Ok(())
+}
+
+/// Write `after` on the `/status` of `obj` when it differs from `before`, then publish `events`
+/// plus one Event per change of `Ready` or `Paused`. The order is the point: an Event never
+/// announces a status that was not written.
+///
+/// # Errors
+/// The status write failed (nothing is published then).
+pub async fn write_status<K, S>(
+    ctx: &super::Context,
+    obj: &K,
+    field_manager: &str,
+    before: &S,
+    after: &S,
+    mut events: Vec<(EventType, String, String)>,
+) -> Result<(), super::ApiError>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+    S: Serialize + PartialEq + HasConditions,
+{
+    if after != before {
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
+        apply_status(&api, &obj.name_any(), field_manager, after)
+            .await
+            .map_err(super::ApiError::write("status"))?;
+        events.extend(condition_events(before.conditions(), after.conditions()));
+    }
+    let reference = obj.object_ref(&());
+    for (type_, reason, note) in events {
+        publish_event(&ctx.recorder, &reference, type_, &reason, "Reconcile", note).await;
+    }
     Ok(())
 }
 

@@ -161,7 +161,7 @@ mod tests {
         for (input, problem) in cases {
             let err = CronWindow::parse("schedule.cron", input, "schedule.duration", "1h").unwrap_err();
             let message = err.to_string();
-            assert_eq!(err.reason(), "InvalidCron", "{input:?}");
+            assert_eq!(err.reason().as_str(), "InvalidCron", "{input:?}");
             assert!(
                 message.starts_with(&format!("schedule.cron: invalid cron expression {input:?}")),
                 "{message}"
@@ -179,7 +179,7 @@ mod tests {
             ("8", "unit"),
         ] {
             let err = CronWindow::parse("schedule.cron", "0 9 * * *", "schedule.duration", input).unwrap_err();
-            assert_eq!(err.reason(), "InvalidDuration");
+            assert_eq!(err.reason().as_str(), "InvalidDuration");
             let message = err.to_string();
             assert!(
                 message.starts_with(&format!("schedule.duration: invalid duration {input:?}")),

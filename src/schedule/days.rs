@@ -136,7 +136,7 @@ mod tests {
         for (input, field, token) in cases {
             let err = days(input).unwrap_err();
             let message = err.to_string();
-            assert_eq!(err.reason(), "InvalidDay", "{input:?}");
+            assert_eq!(err.reason().as_str(), "InvalidDay", "{input:?}");
             assert_eq!(err.field(), *field, "{input:?}");
             assert!(
                 message.starts_with(&format!("{field}: invalid day {token}")),

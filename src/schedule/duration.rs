@@ -149,7 +149,7 @@ mod tests {
         for (input, problem) in cases {
             let err = parse_duration("spec.gracefulShutdownTimeout", input).unwrap_err();
             let message = err.to_string();
-            assert_eq!(err.reason(), "InvalidDuration");
+            assert_eq!(err.reason().as_str(), "InvalidDuration");
             assert!(
                 message.starts_with(&format!("spec.gracefulShutdownTimeout: invalid duration {input:?}")),
                 "{input:?}: {message}"

@@ -82,19 +82,41 @@ pub enum ScheduleError {
     EmptySchedule,
 }
 
+crate::condition_names! {
+    /// Why a schedule was refused: the `ScheduleValid` reason of a ScheduledMachine.
+    pub enum Reason {
+        /// A day or day range is not a weekday name.
+        InvalidDay,
+        /// An hour or hour range is outside 0–23.
+        InvalidHour,
+        /// The time zone is not an IANA name.
+        InvalidTimezone,
+        /// The cron expression does not parse.
+        InvalidCron,
+        /// A duration does not parse.
+        InvalidDuration,
+        /// Both forms (days/hours and cron) are set.
+        AmbiguousSchedule,
+        /// One form is half set.
+        IncompleteSchedule,
+        /// Neither form is set.
+        EmptySchedule,
+    }
+}
+
 impl ScheduleError {
-    /// A bounded CamelCase word for a condition's `reason`.
+    /// The condition reason.
     #[must_use]
-    pub fn reason(&self) -> &'static str {
+    pub const fn reason(&self) -> Reason {
         match self {
-            Self::InvalidDay { .. } => "InvalidDay",
-            Self::InvalidHour { .. } => "InvalidHour",
-            Self::InvalidTimezone { .. } => "InvalidTimezone",
-            Self::InvalidCron { .. } => "InvalidCron",
-            Self::InvalidDuration { .. } => "InvalidDuration",
-            Self::AmbiguousSchedule { .. } => "AmbiguousSchedule",
-            Self::IncompleteSchedule { .. } => "IncompleteSchedule",
-            Self::EmptySchedule => "EmptySchedule",
+            Self::InvalidDay { .. } => Reason::InvalidDay,
+            Self::InvalidHour { .. } => Reason::InvalidHour,
+            Self::InvalidTimezone { .. } => Reason::InvalidTimezone,
+            Self::InvalidCron { .. } => Reason::InvalidCron,
+            Self::InvalidDuration { .. } => Reason::InvalidDuration,
+            Self::AmbiguousSchedule { .. } => Reason::AmbiguousSchedule,
+            Self::IncompleteSchedule { .. } => Reason::IncompleteSchedule,
+            Self::EmptySchedule => Reason::EmptySchedule,
         }
     }
 
@@ -180,7 +202,7 @@ mod tests {
             err.to_string(),
             r#"schedule.hoursOfDay[1]: invalid hour "+9": signs are not allowed"#
         );
-        assert_eq!(err.reason(), "InvalidHour");
+        assert_eq!(err.reason().as_str(), "InvalidHour");
         assert_eq!(err.field(), "schedule.hoursOfDay[1]");
     }
 
@@ -197,7 +219,7 @@ mod tests {
             ScheduleError::EmptySchedule,
         ];
         for err in all {
-            let reason = err.reason();
+            let reason = err.reason().as_str();
             assert!(reason.chars().all(|c| c.is_ascii_alphabetic()), "{reason}");
             assert!(reason.starts_with(|c: char| c.is_ascii_uppercase()), "{reason}");
         }

@@ -157,7 +157,7 @@ mod tests {
         for (input, field, token, problem) in cases {
             let err = hours(input).unwrap_err();
             let message = err.to_string();
-            assert_eq!(err.reason(), "InvalidHour", "{input:?}");
+            assert_eq!(err.reason().as_str(), "InvalidHour", "{input:?}");
             assert!(
                 message.starts_with(&format!("{field}: invalid hour {token}")),
                 "{input:?}: {message}"

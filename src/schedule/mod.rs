@@ -30,7 +30,10 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use self::{cron::CronWindow, weekly::WeeklyWindow};
-pub use self::{duration::parse_duration, error::ScheduleError};
+pub use self::{
+    duration::parse_duration,
+    error::{Reason, ScheduleError},
+};
 use crate::api::scheduled_machine::ScheduleSpec;
 
 /// Field paths quoted in errors.
@@ -512,7 +515,7 @@ mod tests {
         ];
         for (spec, reason, message) in cases {
             let err = Schedule::parse(&spec).unwrap_err();
-            assert_eq!(err.reason(), reason, "{spec:?}");
+            assert_eq!(err.reason().as_str(), reason, "{spec:?}");
             assert!(err.to_string().contains(message), "{spec:?}: {err}");
         }
     }

@@ -11,7 +11,7 @@ use chrono::{DateTime, Datelike, NaiveDate, TimeDelta, Timelike, Utc};
 use chrono_tz::Tz;
 use proptest::prelude::*;
 
-use super::{Schedule, parse_duration};
+use super::{Reason, Schedule, parse_duration};
 use crate::api::scheduled_machine::ScheduleSpec;
 
 const ZONES: &[&str] = &[
@@ -383,7 +383,7 @@ proptest! {
                 prop_assert!(evaluation.next_transition.is_none_or(|n| n > t));
             }
             Err(err) => {
-                prop_assert!(matches!(err.reason(), "InvalidCron" | "InvalidDuration"), "{}", err);
+                prop_assert!(matches!(err.reason(), Reason::InvalidCron | Reason::InvalidDuration), "{}", err);
                 prop_assert!(err.to_string().starts_with(err.field()), "{}", err);
             }
         }
@@ -392,7 +392,7 @@ proptest! {
     #[test]
     fn duration_parser_never_panics(text in near_miss("[0-9.hms+-]{0,12}", DURATION_TOKENS)) {
         if let Err(err) = parse_duration("spec.nodeDrainTimeout", &text) {
-            prop_assert_eq!(err.reason(), "InvalidDuration");
+            prop_assert_eq!(err.reason().as_str(), "InvalidDuration");
             prop_assert!(err.to_string().starts_with("spec.nodeDrainTimeout: invalid duration "), "{}", err);
         }
     }

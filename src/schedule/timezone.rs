@@ -42,7 +42,7 @@ mod tests {
             "EDT",
         ] {
             let err = parse_timezone("schedule.timezone", name).unwrap_err();
-            assert_eq!(err.reason(), "InvalidTimezone");
+            assert_eq!(err.reason().as_str(), "InvalidTimezone");
             assert!(
                 err.to_string()
                     .starts_with(&format!("schedule.timezone: unknown time zone {name:?}")),

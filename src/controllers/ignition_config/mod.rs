@@ -60,13 +60,9 @@ use std::{
     sync::{Arc, Mutex, PoisonError},
 };
 
-use k8s_openapi::{
-    api::core::v1::{ObjectReference, Secret},
-    apimachinery::pkg::apis::meta::v1::{OwnerReference, Time},
-    jiff::Timestamp,
-};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{
-    Resource, ResourceExt,
+    ResourceExt,
     api::{Api, DynamicObject, PartialObjectMeta, Patch, PatchParams},
     runtime::{
         controller::{Action, Controller},
@@ -78,15 +74,15 @@ use kube::{
 use tokio_util::sync::CancellationToken;
 
 use self::plan::{Existing, Observation, Plan};
-use crate::reconcile::{Context, apply_status, publish_event, wait_synced};
 use crate::{
     api::{
-        CLUSTER_NAME_LABEL, PAUSED_ANNOTATION,
-        capi::{ClusterView, DecodeError, GROUP as CAPI_GROUP, MachineView},
+        CLUSTER_NAME_LABEL,
+        capi::{ClusterView, MachineView},
         condition,
-        ignition_config::{IgnitionConfig, IgnitionConfigStatus},
+        ignition_config::{ConfigCondition, ConfigReason, IgnitionConfig, IgnitionConfigStatus},
     },
     app::health::Readiness,
+    reconcile::{ApiError, Context, condition_events, drive_cached, error::get_opt, owner, write_status},
 };
 
 /// Controller name in metrics, logs and readiness.
@@ -96,75 +92,11 @@ pub const FIELD_MANAGER: &str = "caplv-manager/ignitionconfig";
 
 /// Transient failures of one reconcile (retried after `error_requeue`). Problems with the
 /// user's input are not errors: they are reported in the `Ready` condition.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Reading an object failed.
-    #[error("cannot read {what}: {source}")]
-    Read {
-        /// What was read, e.g. `Secret "worker-ignition"`.
-        what: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// A CAPI object has an unexpected shape.
-    #[error(transparent)]
-    Decode(#[from] DecodeError),
-    /// Writing the data Secret failed.
-    #[error("cannot write data Secret {name:?}: {source}")]
-    WriteSecret {
-        /// Secret name.
-        name: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// Writing status failed.
-    #[error("cannot write status: {0}")]
-    PatchStatus(#[source] kube::Error),
-}
-
-impl Error {
-    /// Bounded reason for metrics and logs.
-    #[must_use]
-    pub const fn reason(&self) -> &'static str {
-        match self {
-            Self::Read { .. } => "ReadFailed",
-            Self::Decode(_) => "DecodeFailed",
-            Self::WriteSecret { .. } => "WriteSecretFailed",
-            Self::PatchStatus(_) => "PatchStatus",
-        }
-    }
-}
-
-impl crate::reconcile::ReconcileError for Error {
-    fn reason(&self) -> &'static str {
-        Error::reason(self)
-    }
-}
-
-/// The controller ownerRef from a CAPI Machine, if core has set one.
-fn owner_machine(config: &IgnitionConfig) -> Option<&OwnerReference> {
-    config
-        .owner_references()
-        .iter()
-        .filter(|r| r.kind == "Machine" && r.api_version.split_once('/').is_some_and(|(g, _)| g == CAPI_GROUP))
-        .max_by_key(|r| r.controller == Some(true))
-}
-
-async fn get_opt<K>(api: &Api<K>, name: &str, what: &str) -> Result<Option<K>, Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.get_opt(name).await.map_err(|source| Error::Read {
-        what: format!("{what} {name:?}"),
-        source,
-    })
-}
+pub type Error = ApiError;
 
 /// The cluster the config belongs to: the owner Machine's, else the config's own label.
 async fn cluster_name(config: &IgnitionConfig, ctx: &Context, namespace: &str) -> Result<Option<String>, Error> {
-    if let Some(owner) = owner_machine(config) {
+    if let Some(owner) = owner::capi_owner(&config.metadata, "Machine") {
         let machines: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &ctx.capi.machine());
         if let Some(machine) = get_opt(&machines, &owner.name, "Machine").await? {
             let view = MachineView::decode(&machine, ctx.capi)?;
@@ -183,7 +115,7 @@ async fn cluster_name(config: &IgnitionConfig, ctx: &Context, namespace: &str) -
 async fn observe(config: &IgnitionConfig, ctx: &Context) -> Result<Observation, Error> {
     let namespace = config.namespace().unwrap_or_default();
     let cluster_name = cluster_name(config, ctx, &namespace).await?;
-    let mut paused = config.annotations().contains_key(PAUSED_ANNOTATION);
+    let mut paused = owner::annotated_paused(&config.metadata);
     if !paused && let Some(cluster) = &cluster_name {
         let clusters: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.cluster());
         if let Some(found) = get_opt(&clusters, cluster, "Cluster").await? {
@@ -212,29 +144,18 @@ async fn observe(config: &IgnitionConfig, ctx: &Context) -> Result<Observation, 
     })
 }
 
-/// An Event for each change of the `Ready` or `Paused` condition's status or reason.
-fn transitions(old: &IgnitionConfigStatus, new: &IgnitionConfigStatus) -> Vec<(EventType, String, String)> {
-    crate::reconcile::condition_events(&old.conditions, &new.conditions)
-}
-
 async fn reconcile(config: Arc<IgnitionConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
-    apply(&config, &ctx).await
-}
-
-async fn apply(config: &IgnitionConfig, ctx: &Context) -> Result<Action, Error> {
     if config.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let observation = observe(config, ctx).await?;
+    let observation = observe(&config, &ctx).await?;
     let current = config.status.clone().unwrap_or_default();
-    let now = Time(Timestamp::now());
-    let Plan { write, status } = plan::plan(config, &observation, &now);
+    let Plan { write, status } = plan::plan(&config, &observation, &ctx.timestamp());
     drop(observation);
-    let namespace = config.namespace().unwrap_or_default();
     let name = config.name_any();
-    let wrote = write.is_some();
+    let mut events = Vec::new();
     if let Some(secret) = write {
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &config.namespace().unwrap_or_default());
         secrets
             .patch(
                 &name,
@@ -242,35 +163,26 @@ async fn apply(config: &IgnitionConfig, ctx: &Context) -> Result<Action, Error> 
                 &Patch::Apply(&secret),
             )
             .await
-            .map_err(|source| Error::WriteSecret {
-                name: name.clone(),
-                source,
-            })?;
+            .map_err(ApiError::write(format!("data Secret {name:?}")))?;
         tracing::info!(secret = %name, "data Secret written");
+        if !announces_creation(&current, &status) {
+            let message = condition::find(&status.conditions, ConfigCondition::Ready.as_str())
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            events.push((EventType::Normal, "DataSecretUpdated".to_owned(), message));
+        }
     }
-    let mut events = Vec::new();
-    if status != current {
-        let api: Api<IgnitionConfig> = Api::namespaced(ctx.client.clone(), &namespace);
-        apply_status(&api, &name, FIELD_MANAGER, &status)
-            .await
-            .map_err(Error::PatchStatus)?;
-        events = transitions(&current, &status);
-    }
-    if wrote
-        && !events
-            .iter()
-            .any(|(_, reason, _)| reason == plan::reason::DATA_SECRET_CREATED)
-    {
-        let message = condition::find(&status.conditions, condition::READY)
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
-        events.push((EventType::Normal, "DataSecretUpdated".to_owned(), message));
-    }
-    let reference: ObjectReference = config.object_ref(&());
-    for (type_, reason, note) in events {
-        publish_event(&ctx.recorder, &reference, type_, &reason, "Reconcile", note).await;
-    }
+    write_status(&ctx, config.as_ref(), FIELD_MANAGER, &current, &status, events).await?;
     Ok(Action::await_change())
+}
+
+/// Whether this pass's condition Events already say the data Secret was created (then a
+/// rewrite needs no `DataSecretUpdated` of its own).
+fn announces_creation(before: &IgnitionConfigStatus, after: &IgnitionConfigStatus) -> bool {
+    after != before
+        && condition_events(&before.conditions, &after.conditions)
+            .iter()
+            .any(|(_, reason, _)| ConfigReason::parse(reason) == Some(ConfigReason::DataSecretCreated))
 }
 
 /// The IgnitionConfigs a Secret concerns: those reading it, and the one it is (or would be)
@@ -302,17 +214,6 @@ fn configs_for_cluster(
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
-    let (secrets, clusters): (Api<PartialObjectMeta<Secret>>, Api<DynamicObject>) = match &ctx.settings.watch_namespace
-    {
-        Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced_with(ctx.client.clone(), ns, &ctx.capi.cluster()),
-        ),
-        None => (
-            Api::all(ctx.client.clone()),
-            Api::all_with(ctx.client.clone(), &ctx.capi.cluster()),
-        ),
-    };
     let controller = Controller::new(ctx.watched_api::<IgnitionConfig>(), watcher::Config::default());
     let store = controller.store();
     let by_secret = store.clone();
@@ -321,16 +222,20 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     // Last seen `spec.paused` per Cluster: only a change of it concerns us.
     let pause_seen: Mutex<HashMap<(String, String), bool>> = Mutex::default();
     let controller = controller
-        .watches(secrets, watcher::Config::default(), move |secret| {
-            configs_for_secret(
-                &by_secret,
-                secret.namespace().as_deref().unwrap_or_default(),
-                &secret.name_any(),
-            )
-        })
+        .watches(
+            ctx.watched_api::<PartialObjectMeta<Secret>>(),
+            watcher::Config::default(),
+            move |secret| {
+                configs_for_secret(
+                    &by_secret,
+                    secret.namespace().as_deref().unwrap_or_default(),
+                    &secret.name_any(),
+                )
+            },
+        )
         .watches_with(
-            clusters,
-            ctx.capi.cluster(),
+            ctx.watched_dynamic(&capi.cluster()),
+            capi.cluster(),
             watcher::Config::default(),
             move |cluster| {
                 let namespace = cluster.namespace().unwrap_or_default();
@@ -348,72 +253,36 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             },
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let synced = async move { wait_synced(&store).await };
-    crate::reconcile::drive(
-        controller,
-        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
-        reconcile,
-        ctx,
-    )
-    .await;
+    drive_cached(controller, NAME, readiness, reconcile, ctx.clone(), &ctx).await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::ignition_config::{IgnitionConfigSpec, IgnitionSecretReference};
-
-    fn config(name: &str, source: &str) -> IgnitionConfig {
-        let mut c = IgnitionConfig::new(
-            name,
-            IgnitionConfigSpec {
-                secret_ref: IgnitionSecretReference {
-                    name: source.into(),
-                    key: "value".into(),
-                },
-            },
-        );
-        c.metadata.namespace = Some("default".into());
-        c
-    }
-
-    #[test]
-    fn the_machine_owner_is_found_by_group_and_kind() {
-        let mut c = config("w1", "src");
-        let reference = |api_version: &str, kind: &str, controller| OwnerReference {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            name: format!("{kind}-{api_version}"),
-            uid: "u".into(),
-            controller,
-            block_owner_deletion: None,
-        };
-        c.metadata.owner_references = Some(vec![
-            reference("example.com/v1", "Machine", Some(true)),
-            reference("cluster.x-k8s.io/v1beta1", "Machine", None),
-            reference("cluster.x-k8s.io/v1beta2", "Machine", Some(true)),
-        ]);
-        assert_eq!(owner_machine(&c).unwrap().name, "Machine-cluster.x-k8s.io/v1beta2");
-        c.metadata.owner_references = None;
-        assert!(owner_machine(&c).is_none());
-    }
+    use crate::{api::ignition_config::Reason, ignition};
 
     #[test]
     fn events_on_reason_changes_only() {
-        let now = Time("2026-01-01T00:00:00Z".parse().unwrap());
-        let bad = |reason: &'static str| IgnitionConfigStatus {
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2026-01-01T00:00:00Z".parse().unwrap());
+        let with = |reason: Reason, status| IgnitionConfigStatus {
             conditions: condition::merge(
                 &[],
-                &condition::DesiredCondition::new(condition::READY, condition::Status::False, reason, "m"),
+                &condition::DesiredCondition::new(ConfigCondition::Ready, status, reason, "m"),
                 &now,
                 None,
             ),
             ..IgnitionConfigStatus::default()
         };
-        let first = transitions(&IgnitionConfigStatus::default(), &bad("InvalidJSON"));
+        let bad = |r: ignition::Reason| with(r.into(), condition::Status::False);
+        let first = condition_events(&[], &bad(ignition::Reason::InvalidJson).conditions);
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].0, EventType::Warning);
-        assert!(transitions(&bad("InvalidJSON"), &bad("InvalidJSON")).is_empty());
-        assert_eq!(transitions(&bad("InvalidJSON"), &bad("TooLarge"))[0].1, "TooLarge");
+        assert!(!announces_creation(
+            &bad(ignition::Reason::InvalidJson),
+            &bad(ignition::Reason::TooLarge)
+        ));
+        let created = with(ConfigReason::DataSecretCreated.into(), condition::Status::True);
+        assert!(announces_creation(&bad(ignition::Reason::InvalidJson), &created));
+        assert!(!announces_creation(&created, &created), "no change, nothing announced");
     }
 }

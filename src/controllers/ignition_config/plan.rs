@@ -16,7 +16,9 @@ use crate::{
     api::{
         CLUSTER_NAME_LABEL,
         condition::{self, DesiredCondition, Status},
-        ignition_config::{BootstrapInitialization, IgnitionConfig, IgnitionConfigStatus},
+        ignition_config::{
+            BootstrapInitialization, ConfigCondition, ConfigReason, IgnitionConfig, IgnitionConfigStatus, Reason,
+        },
     },
     ignition::{self, MAX_CONFIG_BYTES},
 };
@@ -31,25 +33,6 @@ pub const VALUE_KEY: &str = "value";
 pub const FORMAT_IGNITION: &str = "ignition";
 /// The source format translated with [`ignition::butane::translate`].
 pub const FORMAT_BUTANE: &str = "butane";
-
-/// Condition reasons this controller sets besides the Ignition library's own
-/// ([`ignition::Error::reason`]: `InvalidJSON`, `IgnitionSpec2`, `TooLarge`, ...).
-pub mod reason {
-    /// The data Secret holds the current bootstrap data.
-    pub const DATA_SECRET_CREATED: &str = "DataSecretCreated";
-    /// The Secret named by `spec.secretRef.name` does not exist.
-    pub const SOURCE_SECRET_NOT_FOUND: &str = "SourceSecretNotFound";
-    /// The source Secret has no `spec.secretRef.key`.
-    pub const SOURCE_KEY_NOT_FOUND: &str = "SourceKeyNotFound";
-    /// The source Secret's `format` key is neither `ignition` nor `butane`.
-    pub const UNSUPPORTED_FORMAT: &str = "UnsupportedFormat";
-    /// A Secret with the data Secret's name exists and is not owned by this IgnitionConfig.
-    pub const DATA_SECRET_CONFLICT: &str = "DataSecretConflict";
-    /// Reconciliation is paused.
-    pub const PAUSED: &str = "Paused";
-    /// Reconciliation is not paused.
-    pub const NOT_PAUSED: &str = "NotPaused";
-}
 
 /// Bootstrap data produced from a valid source.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,13 +85,13 @@ pub enum Problem {
 impl Problem {
     /// The condition reason.
     #[must_use]
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::SecretNotFound { .. } => reason::SOURCE_SECRET_NOT_FOUND,
-            Self::KeyNotFound { .. } => reason::SOURCE_KEY_NOT_FOUND,
-            Self::UnsupportedFormat { .. } => reason::UNSUPPORTED_FORMAT,
-            Self::Invalid { error, .. } => error.reason().as_str(),
-            Self::Conflict { .. } => reason::DATA_SECRET_CONFLICT,
+            Self::SecretNotFound { .. } => ConfigReason::SourceSecretNotFound.into(),
+            Self::KeyNotFound { .. } => ConfigReason::SourceKeyNotFound.into(),
+            Self::UnsupportedFormat { .. } => ConfigReason::UnsupportedFormat.into(),
+            Self::Invalid { error, .. } => error.reason().into(),
+            Self::Conflict { .. } => ConfigReason::DataSecretConflict.into(),
         }
     }
 
@@ -322,10 +305,10 @@ pub fn plan(config: &IgnitionConfig, observation: &Observation, now: &Time) -> P
     } = observation
     else {
         let paused = DesiredCondition::new(
-            condition::PAUSED,
+            ConfigCondition::Paused,
             Status::True,
-            reason::PAUSED,
-            "reconciliation is paused by the Cluster or the cluster.x-k8s.io/paused annotation",
+            ConfigReason::Paused,
+            crate::reconcile::owner::PAUSED_MESSAGE,
         );
         let status = IgnitionConfigStatus {
             conditions: condition::merge(&current.conditions, &paused, now, generation),
@@ -334,7 +317,7 @@ pub fn plan(config: &IgnitionConfig, observation: &Observation, now: &Time) -> P
         };
         return Plan { write: None, status };
     };
-    let not_paused = DesiredCondition::new(condition::PAUSED, Status::False, reason::NOT_PAUSED, "");
+    let not_paused = DesiredCondition::new(ConfigCondition::Paused, Status::False, ConfigReason::NotPaused, "");
     let name = config.name_any();
     let outcome = source.as_ref().map_err(Clone::clone).and_then(|p| match existing {
         Existing::Foreign => Err(Problem::Conflict { name: name.clone() }),
@@ -353,11 +336,21 @@ pub fn plan(config: &IgnitionConfig, observation: &Observation, now: &Time) -> P
                 p.version,
                 p.json.len()
             );
-            let ready = DesiredCondition::new(condition::READY, Status::True, reason::DATA_SECRET_CREATED, message);
+            let ready = DesiredCondition::new(
+                ConfigCondition::Ready,
+                Status::True,
+                ConfigReason::DataSecretCreated,
+                message,
+            );
             (write, ready, true)
         }
         Err(problem) => {
-            let ready = DesiredCondition::new(condition::READY, Status::False, problem.reason(), problem.message());
+            let ready = DesiredCondition::new(
+                ConfigCondition::Ready,
+                Status::False,
+                problem.reason(),
+                problem.message(),
+            );
             (None, ready, false)
         }
     };

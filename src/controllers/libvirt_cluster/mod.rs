@@ -13,33 +13,27 @@ pub mod control_plane_link;
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::{
-    api::core::v1::ObjectReference,
-    apimachinery::pkg::apis::meta::v1::{OwnerReference, Time},
-    jiff::Timestamp,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     Resource, ResourceExt,
     api::{Api, DynamicObject},
     runtime::{
         controller::{Action, Controller},
-        events::EventType,
         reflector::ObjectRef,
         watcher,
     },
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::reconcile::{Context, apply_status, publish_event};
 use crate::{
     api::{
-        PAUSED_ANNOTATION,
-        capi::{ClusterView, DecodeError, GROUP as CAPI_GROUP},
+        capi::ClusterView,
         common::InfrastructureInitialization,
         condition::{self, DesiredCondition, Status},
-        libvirt_cluster::{LibvirtCluster, LibvirtClusterStatus, Reason},
+        libvirt_cluster::{ClusterCondition, LibvirtCluster, LibvirtClusterStatus, Reason},
     },
     app::health::Readiness,
+    reconcile::{ApiError, Context, drive_cached, error::get_opt, owner, write_status},
 };
 
 /// Controller name in metrics and logs.
@@ -49,46 +43,27 @@ const FIELD_MANAGER: &str = "caplv-manager/libvirtcluster";
 /// Failures of one reconcile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Reading the owner Cluster failed.
-    #[error("cannot read owner Cluster {name:?}: {source}")]
-    GetCluster {
-        /// Cluster name.
-        name: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// The owner Cluster has an unexpected shape.
+    /// Reading the owner Cluster or writing the status failed.
     #[error(transparent)]
-    DecodeCluster(#[from] DecodeError),
+    Api(#[from] ApiError),
     /// Giving the Cluster its control plane failed.
     #[error(transparent)]
     LinkControlPlane(#[from] control_plane_link::Error),
-    /// Writing status failed.
-    #[error("cannot write status: {0}")]
-    PatchStatus(#[source] kube::Error),
-}
-
-impl Error {
-    /// Bounded reason for metrics and logs.
-    #[must_use]
-    pub const fn reason(&self) -> &'static str {
-        match self {
-            Self::GetCluster { .. } => "GetCluster",
-            Self::DecodeCluster(_) => "DecodeCluster",
-            Self::LinkControlPlane(e) => e.reason(),
-            Self::PatchStatus(_) => "PatchStatus",
-        }
-    }
 }
 
 impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
-        Error::reason(self)
+        match self {
+            Self::Api(e) => e.reason(),
+            Self::LinkControlPlane(e) => e.reason(),
+        }
     }
 
     fn is_conflict(&self) -> bool {
-        matches!(self, Self::LinkControlPlane(e) if e.is_conflict())
+        match self {
+            Self::Api(e) => e.is_conflict(),
+            Self::LinkControlPlane(e) => e.is_conflict(),
+        }
     }
 }
 
@@ -133,74 +108,59 @@ pub fn plan(
     now: &Time,
     interval: Duration,
 ) -> Plan {
-    let not_paused = DesiredCondition::new(condition::PAUSED, Status::False, Reason::NotPaused.as_str(), "");
-    let (desired, provisioned_now, requeue) = match observation {
-        Observation::NoOwner => (
-            vec![
-                not_paused,
-                DesiredCondition::new(
-                    condition::READY,
-                    Status::False,
-                    Reason::WaitingForOwnerCluster.as_str(),
-                    "waiting for Cluster API to set a Cluster as owner",
-                ),
-            ],
-            false,
-            None,
-        ),
-        Observation::OwnerMissing { cluster } => (
-            vec![
-                not_paused,
-                DesiredCondition::new(
-                    condition::READY,
-                    Status::False,
-                    Reason::OwnerClusterNotFound.as_str(),
-                    format!("owner Cluster {cluster:?} does not exist"),
-                ),
-            ],
-            false,
-            None,
-        ),
-        Observation::Paused => (
-            vec![DesiredCondition::new(
-                condition::PAUSED,
-                Status::True,
-                Reason::Paused.as_str(),
-                "reconciliation is paused by the Cluster or the cluster.x-k8s.io/paused annotation",
-            )],
-            false,
-            None,
-        ),
-        Observation::NoEndpoint => (
-            vec![
-                not_paused,
-                DesiredCondition::new(
-                    condition::READY,
-                    Status::True,
-                    Reason::NoControlPlaneEndpoint.as_str(),
-                    "no controlPlaneEndpoint to check",
-                ),
-            ],
-            true,
-            None,
-        ),
-        Observation::Probed { endpoint, result } => {
-            let ready = match result {
-                Ok(()) => DesiredCondition::new(
-                    condition::READY,
-                    Status::True,
-                    Reason::ControlPlaneReachable.as_str(),
-                    format!("{endpoint} accepts connections"),
-                ),
-                Err(err) => DesiredCondition::new(
-                    condition::READY,
-                    Status::False,
-                    Reason::ControlPlaneUnreachable.as_str(),
-                    err.clone(),
-                ),
-            };
-            (vec![not_paused, ready], result.is_ok(), Some(interval))
+    let (ready, provisioned_now, requeue) = match observation {
+        Observation::NoOwner => {
+            let message = "waiting for Cluster API to set a Cluster as owner".to_owned();
+            (
+                Some((Status::False, Reason::WaitingForOwnerCluster, message)),
+                false,
+                None,
+            )
         }
+        Observation::OwnerMissing { cluster } => {
+            let message = format!("owner Cluster {cluster:?} does not exist");
+            (
+                Some((Status::False, Reason::OwnerClusterNotFound, message)),
+                false,
+                None,
+            )
+        }
+        Observation::Paused => (None, false, None),
+        Observation::NoEndpoint => {
+            let message = "no controlPlaneEndpoint to check".to_owned();
+            (
+                Some((Status::True, Reason::NoControlPlaneEndpoint, message)),
+                true,
+                None,
+            )
+        }
+        Observation::Probed {
+            endpoint,
+            result: Ok(()),
+        } => {
+            let message = format!("{endpoint} accepts connections");
+            (
+                Some((Status::True, Reason::ControlPlaneReachable, message)),
+                true,
+                Some(interval),
+            )
+        }
+        Observation::Probed { result: Err(err), .. } => {
+            let ready = (Status::False, Reason::ControlPlaneUnreachable, err.clone());
+            (Some(ready), false, Some(interval))
+        }
+    };
+    let desired = match ready {
+        None => vec![DesiredCondition::new(
+            ClusterCondition::Paused,
+            Status::True,
+            Reason::Paused,
+            owner::PAUSED_MESSAGE,
+        )],
+        Some((status, reason, message)) => vec![
+            DesiredCondition::new(ClusterCondition::Paused, Status::False, Reason::NotPaused, ""),
+            DesiredCondition::new(ClusterCondition::Ready, status, reason, message),
+        ],
     };
     let already = current.ready
         || current
@@ -220,36 +180,20 @@ pub fn plan(
     Plan { status, requeue }
 }
 
-/// The owner reference to a CAPI Cluster, if CAPI has set one.
-fn owner_cluster(obj: &LibvirtCluster) -> Option<&OwnerReference> {
-    obj.owner_references()
-        .iter()
-        .find(|r| r.kind == "Cluster" && r.api_version.split_once('/').is_some_and(|(g, _)| g == CAPI_GROUP))
-}
-
 /// The owner Cluster when it exists and is not paused, else what stopped the reconcile there.
 async fn owner(obj: &LibvirtCluster, ctx: &Context) -> Result<Result<DynamicObject, Observation>, Error> {
-    let Some(owner) = owner_cluster(obj) else {
+    let Some(owner) = owner::capi_owner(&obj.metadata, "Cluster") else {
         return Ok(Err(Observation::NoOwner));
     };
     let namespace = obj.namespace().unwrap_or_default();
     let clusters: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.cluster());
-    let found = match clusters.get_opt(&owner.name).await {
-        Ok(Some(c)) => c,
-        Ok(None) => {
-            return Ok(Err(Observation::OwnerMissing {
-                cluster: owner.name.clone(),
-            }));
-        }
-        Err(source) => {
-            return Err(Error::GetCluster {
-                name: owner.name.clone(),
-                source,
-            });
-        }
+    let Some(found) = get_opt(&clusters, &owner.name, "owner Cluster").await? else {
+        return Ok(Err(Observation::OwnerMissing {
+            cluster: owner.name.clone(),
+        }));
     };
-    let cluster = ClusterView::decode(&found, ctx.capi)?;
-    if cluster.paused || obj.annotations().contains_key(PAUSED_ANNOTATION) {
+    let cluster = ClusterView::decode(&found, ctx.capi).map_err(ApiError::from)?;
+    if owner::is_paused(cluster.paused, &obj.metadata) {
         return Ok(Err(Observation::Paused));
     }
     Ok(Ok(found))
@@ -272,57 +216,34 @@ async fn observe(obj: &LibvirtCluster, ctx: &Context) -> Observation {
     }
 }
 
-/// An Event for each change of the `Ready` or `Paused` condition status.
-fn transitions(old: &LibvirtClusterStatus, new: &LibvirtClusterStatus) -> Vec<(EventType, String, String)> {
-    crate::reconcile::condition_events(&old.conditions, &new.conditions)
-}
-
 async fn reconcile(obj: Arc<LibvirtCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
-    apply(&obj, &ctx).await
-}
-
-async fn apply(obj: &LibvirtCluster, ctx: &Context) -> Result<Action, Error> {
-    let observation = match owner(obj, ctx).await? {
+    let observation = match owner(&obj, &ctx).await? {
         Ok(cluster) => {
-            control_plane_link::ensure(ctx, &cluster).await?;
-            observe(obj, ctx).await
+            control_plane_link::ensure(&ctx, &cluster).await?;
+            observe(&obj, &ctx).await
         }
         Err(stopped) => stopped,
     };
     let current = obj.status.clone().unwrap_or_default();
-    let now = Time(Timestamp::now());
+    let interval = ctx.settings.endpoint_probe_interval;
     let plan = plan(
         &current,
         obj.metadata.generation,
         &observation,
-        &now,
-        ctx.settings.endpoint_probe_interval,
+        &ctx.timestamp(),
+        interval,
     );
-    if plan.status != current {
-        let namespace = obj.namespace().unwrap_or_default();
-        let api: Api<LibvirtCluster> = Api::namespaced(ctx.client.clone(), &namespace);
-        apply_status(&api, &obj.name_any(), FIELD_MANAGER, &plan.status)
-            .await
-            .map_err(Error::PatchStatus)?;
-        let reference: ObjectReference = obj.object_ref(&());
-        for (type_, reason, note) in transitions(&current, &plan.status) {
-            publish_event(&ctx.recorder, &reference, type_, &reason, "Reconcile", note).await;
-        }
-    }
+    write_status(&ctx, obj.as_ref(), FIELD_MANAGER, &current, &plan.status, Vec::new()).await?;
     Ok(plan.requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
-    let clusters: Api<DynamicObject> = match &ctx.settings.watch_namespace {
-        Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ctx.capi.cluster()),
-        None => Api::all_with(ctx.client.clone(), &ctx.capi.cluster()),
-    };
     let capi = ctx.capi;
     let controller = Controller::new(ctx.watched_api::<LibvirtCluster>(), watcher::Config::default())
         .watches_with(
-            clusters,
-            ctx.capi.cluster(),
+            ctx.watched_dynamic(&capi.cluster()),
+            capi.cluster(),
             watcher::Config::default(),
             move |cluster| {
                 let namespace = cluster.namespace();
@@ -334,15 +255,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             },
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let store = controller.store();
-    let synced = async move { crate::reconcile::wait_synced(&store).await };
-    crate::reconcile::drive(
-        controller,
-        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
-        reconcile,
-        ctx,
-    )
-    .await;
+    drive_cached(controller, NAME, readiness, reconcile, ctx.clone(), &ctx).await;
 }
 
 #[cfg(test)]
@@ -405,9 +318,9 @@ mod tests {
         );
         assert!(ready.message.contains("refused"));
         assert_eq!(ready.last_transition_time, time("2026-01-01T00:01:00Z"));
-        let events = transitions(&up.status, &down.status);
+        let events = crate::reconcile::condition_events(&up.status.conditions, &down.status.conditions);
         assert_eq!(events.len(), 1);
-        assert_eq!(events[0].0, EventType::Warning);
+        assert_eq!(events[0].0, kube::runtime::events::EventType::Warning);
     }
 
     #[test]
@@ -476,11 +389,11 @@ mod tests {
             condition::is_true(&paused.status.conditions, condition::READY),
             "Ready is left as it was"
         );
-        let events = transitions(&up.status, &paused.status);
+        let events = crate::reconcile::condition_events(&up.status.conditions, &paused.status.conditions);
         assert_eq!(
             events,
             [(
-                EventType::Normal,
+                kube::runtime::events::EventType::Normal,
                 "Paused".to_owned(),
                 paused.status.conditions[0].message.clone()
             )]
@@ -505,6 +418,6 @@ mod tests {
             first.status, second.status,
             "no write, so no watch event, so no hot loop"
         );
-        assert!(transitions(&first.status, &second.status).is_empty());
+        assert!(crate::reconcile::condition_events(&first.status.conditions, &second.status.conditions).is_empty());
     }
 }

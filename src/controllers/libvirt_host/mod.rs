@@ -26,14 +26,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::{
-    api::core::v1::{ObjectReference, Secret},
-    apimachinery::pkg::apis::meta::v1::Time,
-    jiff::Timestamp,
-};
+use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
-    Resource, ResourceExt,
-    api::{Api, PartialObjectMeta},
+    ResourceExt,
+    api::PartialObjectMeta,
     runtime::{
         controller::{Action, Controller},
         reflector::{ObjectRef, Store},
@@ -44,10 +40,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::reconcile::host_connections::{Failure, SECRET_KEY};
 use crate::reconcile::{
-    Context, apply_status,
+    ApiError, Context,
     host_connections::{HostCall, HostConnections, HostId, SecretReadError, host_id},
     placement::{self, Placement, Resources},
-    publish_event,
+    write_status,
 };
 use crate::{
     api::{
@@ -72,24 +68,16 @@ pub enum Error {
     #[error(transparent)]
     GetSecret(#[from] SecretReadError),
     /// Writing status failed.
-    #[error("cannot write status: {0}")]
-    PatchStatus(#[source] kube::Error),
-}
-
-impl Error {
-    /// Bounded reason for metrics and logs.
-    #[must_use]
-    pub const fn reason(&self) -> &'static str {
-        match self {
-            Self::GetSecret(_) => "GetSecret",
-            Self::PatchStatus(_) => "PatchStatus",
-        }
-    }
+    #[error(transparent)]
+    Api(#[from] ApiError),
 }
 
 impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
-        Error::reason(self)
+        match self {
+            Self::GetSecret(_) => "GetSecret",
+            Self::Api(e) => e.reason(),
+        }
     }
 }
 
@@ -185,18 +173,8 @@ pub fn plan(
         }
     };
     let desired = [
-        DesiredCondition::new(
-            HostCondition::Reachable.as_str(),
-            condition_status,
-            reason.as_str(),
-            message.clone(),
-        ),
-        DesiredCondition::new(
-            HostCondition::Ready.as_str(),
-            condition_status,
-            reason.as_str(),
-            message,
-        ),
+        DesiredCondition::new(HostCondition::Reachable, condition_status, reason, message.clone()),
+        DesiredCondition::new(HostCondition::Ready, condition_status, reason, message),
     ];
     status.conditions = condition::merge_all(&current.conditions, &desired, now, generation);
     status.observed_generation = generation;
@@ -253,28 +231,22 @@ async fn observe(host: &LibvirtHost, state: &State) -> Result<Observation, Error
 }
 
 async fn reconcile(host: Arc<LibvirtHost>, state: Arc<State>) -> Result<Action, Error> {
-    apply(&host, &state).await
-}
-
-async fn apply(host: &LibvirtHost, state: &State) -> Result<Action, Error> {
     let live: Vec<HostId> = state.store.state().iter().map(|h| host_id(h)).collect();
     state.shared.hosts.prune(&live);
-    state.shared.placement.settle(&host_id(host));
-    let observation = observe(host, state).await?;
+    state.shared.placement.settle(&host_id(&host));
+    let observation = observe(&host, &state).await?;
     let current = host.status.clone().unwrap_or_default();
-    let now = Time(Timestamp::now());
+    let now = state.ctx.timestamp();
     let plan = plan(&current, &host.spec, host.metadata.generation, &observation, &now);
-    if plan.status != current {
-        let namespace = host.namespace().unwrap_or_default();
-        let api: Api<LibvirtHost> = Api::namespaced(state.ctx.client.clone(), &namespace);
-        apply_status(&api, &host.name_any(), FIELD_MANAGER, &plan.status)
-            .await
-            .map_err(Error::PatchStatus)?;
-        let reference: ObjectReference = host.object_ref(&());
-        for (type_, reason, note) in crate::reconcile::condition_events(&current.conditions, &plan.status.conditions) {
-            publish_event(&state.ctx.recorder, &reference, type_, &reason, "Reconcile", note).await;
-        }
-    }
+    write_status(
+        &state.ctx,
+        host.as_ref(),
+        FIELD_MANAGER,
+        &current,
+        &plan.status,
+        Vec::new(),
+    )
+    .await?;
     Ok(Action::requeue(plan.requeue))
 }
 
@@ -295,10 +267,7 @@ fn hosts_for_secret(store: &Store<LibvirtHost>, namespace: &str, name: &str) -> 
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdown: CancellationToken) {
-    let secrets: Api<PartialObjectMeta<Secret>> = match &ctx.settings.watch_namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
+    let secrets = ctx.watched_api::<PartialObjectMeta<Secret>>();
     let controller = Controller::new(ctx.watched_api::<LibvirtHost>(), watcher::Config::default());
     let store = controller.store();
     let by_secret = store.clone();

@@ -140,9 +140,9 @@ fn stalled(machine: &LibvirtMachine, reason: impl Into<Reason>, message: String,
     status.conditions = condition::merge_all(
         &status.conditions,
         &[DesiredCondition::new(
-            MachineCondition::CleanupStalled.as_str(),
+            MachineCondition::CleanupStalled,
             Status::True,
-            reason.into().as_str(),
+            reason.into(),
             message.clone(),
         )],
         now,

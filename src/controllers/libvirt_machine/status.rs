@@ -52,13 +52,8 @@ pub(super) fn with_ready(
     now: &Time,
 ) -> LibvirtMachineStatus {
     let desired = [
-        DesiredCondition::new(MachineCondition::Ready.as_str(), ready, reason.into().as_str(), message),
-        DesiredCondition::new(
-            MachineCondition::Paused.as_str(),
-            Status::False,
-            MachineReason::NotPaused.as_str(),
-            "",
-        ),
+        DesiredCondition::new(MachineCondition::Ready, ready, reason.into(), message),
+        DesiredCondition::new(MachineCondition::Paused, Status::False, MachineReason::NotPaused, ""),
     ];
     status.conditions = condition::merge_all(&status.conditions, &desired, now, machine.metadata.generation);
     status.observed_generation = machine.metadata.generation;
@@ -81,10 +76,10 @@ pub(super) fn paused(machine: &LibvirtMachine, now: &Time) -> Outcome {
     status.conditions = condition::merge_all(
         &status.conditions,
         &[DesiredCondition::new(
-            MachineCondition::Paused.as_str(),
+            MachineCondition::Paused,
             Status::True,
-            MachineReason::Paused.as_str(),
-            "reconciliation is paused by the Cluster or the cluster.x-k8s.io/paused annotation",
+            MachineReason::Paused,
+            crate::reconcile::owner::PAUSED_MESSAGE,
         )],
         now,
         machine.metadata.generation,

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::api::{
     CLUSTER_NAME_LABEL,
     capi::{self, CapiVersion},
-    scheduled_machine::{CreatedObjectReference, ScheduledMachineSpec},
+    scheduled_machine::{CreatedObjectReference, ScheduledMachineSpec, ScheduledReason},
 };
 
 /// Label naming the ScheduledMachine an object was created for; watches and adoption use it.
@@ -45,13 +45,13 @@ pub enum SpecError {
 }
 
 impl SpecError {
-    /// Bounded reason for conditions and metrics.
+    /// The `ScheduleValid` reason.
     #[must_use]
-    pub const fn reason(&self) -> &'static str {
+    pub const fn reason(&self) -> ScheduledReason {
         match self {
-            Self::WrongGroup { .. } => "InvalidAPIGroup",
-            Self::BootstrapSource => "InvalidBootstrapSource",
-            Self::ReservedLabel(_) => "ReservedLabel",
+            Self::WrongGroup { .. } => ScheduledReason::InvalidApiGroup,
+            Self::BootstrapSource => ScheduledReason::InvalidBootstrapSource,
+            Self::ReservedLabel(_) => ScheduledReason::ReservedLabel,
         }
     }
 }
@@ -241,7 +241,7 @@ mod tests {
         let mut spec = seed();
         spec.infrastructure_spec.api_version = "apps/v1".into();
         let err = validate(&spec).unwrap_err();
-        assert_eq!(err.reason(), "InvalidAPIGroup");
+        assert_eq!(err.reason().as_str(), "InvalidAPIGroup");
         assert!(
             err.to_string().starts_with("spec.infrastructureSpec.apiVersion"),
             "{err}"
@@ -255,7 +255,7 @@ mod tests {
         spec.machine_template
             .labels
             .insert(SCHEDULED_MACHINE_LABEL.into(), "x".into());
-        assert_eq!(validate(&spec).unwrap_err().reason(), "ReservedLabel");
+        assert_eq!(validate(&spec).unwrap_err().reason().as_str(), "ReservedLabel");
     }
 
     #[test]

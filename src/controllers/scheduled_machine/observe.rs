@@ -17,7 +17,7 @@ use crate::{
     api::{
         ScheduledMachine,
         capi::MachineView,
-        scheduled_machine::{CreatedObjectReference, ScheduledMachineSpec},
+        scheduled_machine::{CreatedObjectReference, Reason, ScheduledMachineSpec, ScheduledReason},
     },
     controllers::Context,
     schedule::{Schedule, parse_duration},
@@ -30,14 +30,14 @@ const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 #[must_use]
 pub fn validity(spec: &ScheduledMachineSpec, now: chrono::DateTime<chrono::Utc>) -> Validity {
     let parsed = objects::validate(spec)
-        .map_err(|e| (e.reason(), e.to_string()))
-        .and_then(|()| Schedule::parse(&spec.schedule).map_err(|e| (e.reason(), format!("spec.{e}"))))
+        .map_err(|e| (Reason::from(e.reason()), e.to_string()))
+        .and_then(|()| Schedule::parse(&spec.schedule).map_err(|e| (e.reason().into(), format!("spec.{e}"))))
         .and_then(|schedule| {
             let drain = parse_duration("spec.nodeDrainTimeout", &spec.node_drain_timeout);
             let graceful = parse_duration("spec.gracefulShutdownTimeout", &spec.graceful_shutdown_timeout);
             match (drain, graceful) {
                 (Ok(d), Ok(g)) => Ok((schedule, d, g)),
-                (Err(e), _) | (_, Err(e)) => Err((e.reason(), e.to_string())),
+                (Err(e), _) | (_, Err(e)) => Err((e.reason().into(), e.to_string())),
             }
         });
     match parsed {
@@ -118,7 +118,7 @@ pub fn is_ours(obj: &DynamicObject, name: &str) -> bool {
 
 fn conflict(r: &CreatedObjectReference) -> Validity {
     Validity::Invalid {
-        reason: "NameConflict",
+        reason: ScheduledReason::NameConflict.into(),
         message: format!(
             "a {} named {:?} exists that this ScheduledMachine did not create (no {SCHEDULED_MACHINE_LABEL} label); rename one of them",
             r.kind, r.name
@@ -139,7 +139,7 @@ async fn exists_as_ours(
         Err(err) => {
             // A kind that is not installed cannot have objects; say so instead of failing.
             *validity = Validity::Invalid {
-                reason: "KindNotServed",
+                reason: ScheduledReason::KindNotServed.into(),
                 message: err.to_string(),
             };
             return Ok(false);

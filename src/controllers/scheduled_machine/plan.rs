@@ -19,13 +19,9 @@ use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use super::objects::CreatedRefs;
 use crate::api::{
     condition::{self, DesiredCondition, Status},
-    scheduled_machine::{NodeReference, Phase, ScheduledMachineStatus},
+    scheduled_machine::{NodeReference, Phase, Reason, ScheduledCondition, ScheduledMachineStatus, ScheduledReason},
 };
 
-/// Condition reporting whether the schedule (and the rest of the spec) is usable.
-pub const SCHEDULE_VALID: &str = "ScheduleValid";
-/// Condition reporting whether the Machine has joined as a Node.
-pub const MACHINE_READY: &str = "MachineReady";
 /// Drain and grace bound used when the spec's own cannot be read (the CRD's default).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// How often eviction is retried while a drain is blocked (e.g. by a PodDisruptionBudget).
@@ -53,7 +49,7 @@ pub enum Validity {
     /// The spec cannot be used.
     Invalid {
         /// Bounded reason.
-        reason: &'static str,
+        reason: Reason,
         /// What is wrong, naming the field.
         message: String,
     },
@@ -330,37 +326,49 @@ fn build_status(
         .as_ref()
         .is_some_and(|m| !m.deleting && m.phase.as_deref() == Some("Running"));
     let schedule_condition = match &seen.validity {
-        Validity::Valid { .. } => DesiredCondition::new(SCHEDULE_VALID, Status::True, "ScheduleValid", ""),
-        Validity::Invalid { reason, message } => {
-            DesiredCondition::new(SCHEDULE_VALID, Status::False, reason, message.clone())
-        }
-    };
-    let machine_condition = match &seen.machine {
-        None => DesiredCondition::new(MACHINE_READY, Status::False, "NoMachine", "no Machine exists"),
-        Some(m) if m.deleting => DesiredCondition::new(
-            MACHINE_READY,
-            Status::False,
-            "MachineDeleting",
-            "the Machine is being deleted",
-        ),
-        Some(_) if machine_running => DesiredCondition::new(
-            MACHINE_READY,
+        Validity::Valid { .. } => DesiredCondition::new(
+            ScheduledCondition::ScheduleValid,
             Status::True,
-            "MachineRunning",
-            "the Machine's Node has joined",
+            ScheduledReason::ScheduleValid,
+            "",
         ),
-        Some(m) => DesiredCondition::new(
-            MACHINE_READY,
+        Validity::Invalid { reason, message } => DesiredCondition::new(
+            ScheduledCondition::ScheduleValid,
             Status::False,
-            "MachineNotRunning",
+            *reason,
+            message.clone(),
+        ),
+    };
+    let (machine_status, machine_reason, machine_message) = match &seen.machine {
+        None => (
+            Status::False,
+            ScheduledReason::NoMachine,
+            "no Machine exists".to_owned(),
+        ),
+        Some(m) if m.deleting => (
+            Status::False,
+            ScheduledReason::MachineDeleting,
+            "the Machine is being deleted".to_owned(),
+        ),
+        Some(_) if machine_running => (
+            Status::True,
+            ScheduledReason::MachineRunning,
+            "the Machine's Node has joined".to_owned(),
+        ),
+        Some(m) => (
+            Status::False,
+            ScheduledReason::MachineNotRunning,
             format!("Machine phase {}", m.phase.as_deref().unwrap_or("unknown")),
         ),
     };
-    let ready = if phase == Phase::Active && machine_running {
-        DesiredCondition::new(condition::READY, Status::True, "Active", message.clone())
-    } else {
-        DesiredCondition::new(condition::READY, Status::False, phase.as_str(), message.clone())
-    };
+    let machine_condition = DesiredCondition::new(
+        ScheduledCondition::MachineReady,
+        machine_status,
+        machine_reason,
+        machine_message,
+    );
+    let ready_status = Status::from_bool(phase == Phase::Active && machine_running);
+    let ready = DesiredCondition::new(ScheduledCondition::Ready, ready_status, phase.reason(), message.clone());
     let conditions = condition::merge_all(
         &current.conditions,
         &[ready, schedule_condition, machine_condition],

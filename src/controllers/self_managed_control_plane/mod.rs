@@ -42,9 +42,9 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::{
     api::{
         authentication::v1::{TokenRequest, TokenRequestSpec},
-        core::v1::{ObjectReference, Secret, ServiceAccount},
+        core::v1::{Secret, ServiceAccount},
     },
-    apimachinery::pkg::apis::meta::v1::{OwnerReference, Time},
+    apimachinery::pkg::apis::meta::v1::Time,
 };
 use kube::{
     Resource, ResourceExt,
@@ -62,14 +62,14 @@ use self::{
     kubeconfig::Access,
     plan::{Decision, Existing, Lease, Outcome},
 };
-use crate::reconcile::{Context, apply_status, publish_event, wait_synced};
 use crate::{
     api::{
-        CLUSTER_NAME_LABEL, LibvirtCluster, PAUSED_ANNOTATION,
-        capi::{ClusterView, DecodeError, GROUP as CAPI_GROUP},
+        CLUSTER_NAME_LABEL, LibvirtCluster,
+        capi::ClusterView,
         self_managed_control_plane::{Reason, SelfManagedControlPlane},
     },
     app::health::Readiness,
+    reconcile::{ApiError, Context, condition_events, drive_cached, error::get_opt, owner, write_status},
 };
 
 /// Controller name in metrics, logs and readiness.
@@ -81,18 +81,9 @@ pub const FIELD_MANAGER: &str = "caplv-manager/selfmanagedcontrolplane";
 /// errors: they are reported in the `Ready` condition.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Reading an object failed.
-    #[error("cannot read {what}: {source}")]
-    Read {
-        /// What was read, e.g. `Cluster "spot"`.
-        what: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// A CAPI object has an unexpected shape.
+    /// A read, a write or a Cluster API object's shape.
     #[error(transparent)]
-    Decode(#[from] DecodeError),
+    Api(#[from] ApiError),
     /// The TokenRequest failed (for another reason than a missing ServiceAccount).
     #[error("cannot mint a token for ServiceAccount {service_account}: {source}")]
     MintToken {
@@ -108,57 +99,20 @@ pub enum Error {
         /// `namespace/name`.
         service_account: String,
     },
-    /// Writing the kubeconfig Secret failed.
-    #[error("cannot write Secret {name:?}: {source}")]
-    WriteSecret {
-        /// Secret name.
-        name: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// Writing status failed.
-    #[error("cannot write status: {0}")]
-    PatchStatus(#[source] kube::Error),
-}
-
-impl Error {
-    /// Bounded reason for metrics and logs.
-    #[must_use]
-    pub const fn reason(&self) -> &'static str {
-        match self {
-            Self::Read { .. } => "ReadFailed",
-            Self::Decode(_) => "DecodeFailed",
-            Self::MintToken { .. } => "MintTokenFailed",
-            Self::EmptyToken { .. } => "EmptyToken",
-            Self::WriteSecret { .. } => "WriteSecretFailed",
-            Self::PatchStatus(_) => "PatchStatus",
-        }
-    }
 }
 
 impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
-        Error::reason(self)
+        match self {
+            Self::Api(e) => e.reason(),
+            Self::MintToken { .. } => "MintTokenFailed",
+            Self::EmptyToken { .. } => "EmptyToken",
+        }
     }
-}
 
-async fn get_opt<K>(api: &Api<K>, name: &str, what: &str) -> Result<Option<K>, Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.get_opt(name).await.map_err(|source| Error::Read {
-        what: format!("{what} {name:?}"),
-        source,
-    })
-}
-
-/// The controller ownerRef from a CAPI Cluster, if core has set one.
-fn owner_cluster(obj: &SelfManagedControlPlane) -> Option<&OwnerReference> {
-    obj.owner_references()
-        .iter()
-        .filter(|r| r.kind == "Cluster" && r.api_version.split_once('/').is_some_and(|(g, _)| g == CAPI_GROUP))
-        .max_by_key(|r| r.controller == Some(true))
+    fn is_conflict(&self) -> bool {
+        matches!(self, Self::Api(e) if e.is_conflict())
+    }
 }
 
 /// The name of the Cluster `obj` is the control plane of.
@@ -167,7 +121,7 @@ fn cluster_name(obj: &SelfManagedControlPlane) -> Option<String> {
         .get(CLUSTER_NAME_LABEL)
         .filter(|c| !c.is_empty())
         .cloned()
-        .or_else(|| owner_cluster(obj).map(|r| r.name.clone()))
+        .or_else(|| owner::capi_owner(&obj.metadata, "Cluster").map(|r| r.name.clone()))
 }
 
 /// The workload ServiceAccount, `(namespace, name)`.
@@ -193,7 +147,7 @@ enum Observation {
 }
 
 async fn observe(obj: &SelfManagedControlPlane, ctx: &Context) -> Result<Observation, Error> {
-    if obj.annotations().contains_key(PAUSED_ANNOTATION) {
+    if owner::annotated_paused(&obj.metadata) {
         return Ok(Observation::Done(Outcome::Paused));
     }
     let Some(cluster) = cluster_name(obj) else {
@@ -204,7 +158,7 @@ async fn observe(obj: &SelfManagedControlPlane, ctx: &Context) -> Result<Observa
     let Some(found) = get_opt(&clusters, &cluster, "Cluster").await? else {
         return Ok(Observation::Done(Outcome::ClusterNotFound { cluster }));
     };
-    let view = ClusterView::decode(&found, ctx.capi)?;
+    let view = ClusterView::decode(&found, ctx.capi).map_err(ApiError::from)?;
     if view.paused {
         return Ok(Observation::Done(Outcome::Paused));
     }
@@ -324,45 +278,32 @@ async fn maintain(
                 &Patch::Apply(&body),
             )
             .await
-            .map_err(|source| Error::WriteSecret {
-                name: secret.clone(),
-                source,
-            })?;
+            .map_err(ApiError::write(format!("Secret {secret:?}")))?;
         tracing::info!(secret = %secret, minted, "kubeconfig Secret written");
     }
     Ok((Outcome::Maintained { secret, access, lease }, minted))
 }
 
 async fn reconcile(obj: Arc<SelfManagedControlPlane>, ctx: Arc<Context>) -> Result<Action, Error> {
-    apply(&obj, &ctx).await
-}
-
-async fn apply(obj: &SelfManagedControlPlane, ctx: &Context) -> Result<Action, Error> {
     if obj.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let (outcome, minted) = match observe(obj, ctx).await? {
+    let (outcome, minted) = match observe(&obj, &ctx).await? {
         Observation::Done(outcome) => (outcome, false),
         Observation::Secret {
             cluster,
             access,
             existing,
-        } => maintain(obj, ctx, cluster, access, existing).await?,
+        } => maintain(&obj, &ctx, cluster, access, existing).await?,
     };
     let now = ctx.clock.now();
     let current = obj.status.clone().unwrap_or_default();
     let status = plan::status(&current, obj.metadata.generation, &outcome, &Time(to_timestamp(now)));
     let mut events = Vec::new();
-    if status != current {
-        let api: Api<SelfManagedControlPlane> =
-            Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
-        apply_status(&api, &obj.name_any(), FIELD_MANAGER, &status)
-            .await
-            .map_err(Error::PatchStatus)?;
-        events = crate::reconcile::condition_events(&current.conditions, &status.conditions);
-    }
+    // A renewal is worth an Event of its own only when no condition change announces it.
+    let quiet = status == current || condition_events(&current.conditions, &status.conditions).is_empty();
     if minted
-        && events.is_empty()
+        && quiet
         && let Outcome::Maintained { secret, access, lease } = &outcome
     {
         events.push((
@@ -375,10 +316,7 @@ async fn apply(obj: &SelfManagedControlPlane, ctx: &Context) -> Result<Action, E
             ),
         ));
     }
-    let reference: ObjectReference = obj.object_ref(&());
-    for (type_, reason, note) in events {
-        publish_event(&ctx.recorder, &reference, type_, &reason, "Reconcile", note).await;
-    }
+    write_status(&ctx, obj.as_ref(), FIELD_MANAGER, &current, &status, events).await?;
     if matches!(outcome, Outcome::ServiceAccountNotFound { .. }) {
         tracing::warn!(
             reason = Reason::WorkloadServiceAccountNotFound.as_str(),
@@ -412,28 +350,15 @@ fn for_cluster(
 
 /// The Cluster a LibvirtCluster belongs to: CAPI's label, else its Cluster owner.
 fn cluster_of_infra(infra: &LibvirtCluster) -> Option<String> {
-    infra.labels().get(CLUSTER_NAME_LABEL).cloned().or_else(|| {
-        infra
-            .owner_references()
-            .iter()
-            .find(|r| r.kind == "Cluster" && r.api_version.starts_with(CAPI_GROUP))
-            .map(|r| r.name.clone())
-    })
+    infra
+        .labels()
+        .get(CLUSTER_NAME_LABEL)
+        .cloned()
+        .or_else(|| owner::capi_owner(&infra.metadata, "Cluster").map(|r| r.name.clone()))
 }
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
-    let (secrets, clusters): (Api<PartialObjectMeta<Secret>>, Api<DynamicObject>) = match &ctx.settings.watch_namespace
-    {
-        Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced_with(ctx.client.clone(), ns, &ctx.capi.cluster()),
-        ),
-        None => (
-            Api::all(ctx.client.clone()),
-            Api::all_with(ctx.client.clone(), &ctx.capi.cluster()),
-        ),
-    };
     let controller = Controller::new(ctx.watched_api::<SelfManagedControlPlane>(), watcher::Config::default());
     let store = controller.store();
     let by_secret = store.clone();
@@ -444,7 +369,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     let seen: Mutex<HashMap<(String, String), ClusterInputs>> = Mutex::default();
     let controller = controller
         .watches(
-            secrets,
+            ctx.watched_api::<PartialObjectMeta<Secret>>(),
             watcher::Config::default().labels(CLUSTER_NAME_LABEL),
             move |secret| {
                 let namespace = secret.namespace().unwrap_or_default();
@@ -456,8 +381,8 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             },
         )
         .watches_with(
-            clusters,
-            ctx.capi.cluster(),
+            ctx.watched_dynamic(&capi.cluster()),
+            capi.cluster(),
             watcher::Config::default(),
             move |cluster| {
                 let namespace = cluster.namespace().unwrap_or_default();
@@ -486,14 +411,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             },
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let synced = async move { wait_synced(&store).await };
-    crate::reconcile::drive(
-        controller,
-        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
-        reconcile,
-        ctx,
-    )
-    .await;
+    drive_cached(controller, NAME, readiness, reconcile, ctx.clone(), &ctx).await;
 }
 
 #[cfg(test)]
@@ -508,14 +426,16 @@ mod tests {
         obj.metadata.owner_references = Some(
             owners
                 .iter()
-                .map(|(api_version, name, controller)| OwnerReference {
-                    api_version: (*api_version).into(),
-                    kind: "Cluster".into(),
-                    name: (*name).into(),
-                    uid: "u".into(),
-                    controller: Some(*controller),
-                    block_owner_deletion: None,
-                })
+                .map(
+                    |(api_version, name, controller)| k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        api_version: (*api_version).into(),
+                        kind: "Cluster".into(),
+                        name: (*name).into(),
+                        uid: "u".into(),
+                        controller: Some(*controller),
+                        block_owner_deletion: None,
+                    },
+                )
                 .collect(),
         );
         obj
@@ -544,7 +464,7 @@ mod tests {
         let err = Error::EmptyToken {
             service_account: "caplv-system/caplv-workload-access".into(),
         };
-        assert_eq!(err.reason(), "EmptyToken");
+        assert_eq!(crate::reconcile::ReconcileError::reason(&err), "EmptyToken");
         assert!(err.to_string().contains("caplv-system/caplv-workload-access"));
     }
 }

@@ -17,7 +17,8 @@ use crate::api::{
     CLUSTER_NAME_LABEL,
     condition::{self, DesiredCondition, Status},
     self_managed_control_plane::{
-        ControlPlaneInitialization, KubeconfigStatus, Reason, SelfManagedControlPlane, SelfManagedControlPlaneStatus,
+        ControlPlaneCondition, ControlPlaneInitialization, KubeconfigStatus, Reason, SelfManagedControlPlane,
+        SelfManagedControlPlaneStatus,
     },
 };
 
@@ -284,9 +285,9 @@ fn ready(outcome: &Outcome) -> Option<DesiredCondition> {
         ),
     };
     Some(DesiredCondition::new(
-        condition::READY,
+        ControlPlaneCondition::Ready,
         Status::from_bool(holds),
-        reason.as_str(),
+        reason,
         message,
     ))
 }
@@ -302,13 +303,13 @@ pub fn status(
 ) -> SelfManagedControlPlaneStatus {
     let desired = match ready(outcome) {
         None => vec![DesiredCondition::new(
-            condition::PAUSED,
+            ControlPlaneCondition::Paused,
             Status::True,
-            Reason::Paused.as_str(),
-            "reconciliation is paused by the Cluster or the cluster.x-k8s.io/paused annotation",
+            Reason::Paused,
+            crate::reconcile::owner::PAUSED_MESSAGE,
         )],
         Some(ready) => vec![
-            DesiredCondition::new(condition::PAUSED, Status::False, Reason::NotPaused.as_str(), ""),
+            DesiredCondition::new(ControlPlaneCondition::Paused, Status::False, Reason::NotPaused, ""),
             ready,
         ],
     };

@@ -110,7 +110,7 @@ fn each_source_problem_has_its_reason_and_never_the_content() {
     ];
     for (secret, want) in cases {
         let problem = payload("src", "value", secret.as_ref()).unwrap_err();
-        assert_eq!(problem.reason(), want);
+        assert_eq!(problem.reason().as_str(), want);
         let message = problem.message();
         assert!(!message.contains(KEY), "{message}");
         assert!(message.contains("src"), "{message}");

@@ -1,5 +1,5 @@
 use super::*;
-use crate::api::{ScheduledMachine, capi::CapiVersion};
+use crate::api::{ScheduledMachine, capi::CapiVersion, scheduled_machine::ScheduledCondition};
 
 fn at(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
@@ -69,8 +69,14 @@ fn window_open_without_machine_creates_and_requeues_at_the_close() {
     assert_eq!(d.requeue, Some(Duration::from_secs(3600)));
     assert_eq!(d.status.next_cleanup, d.status.next_transition);
     assert!(d.status.next_activation.is_none());
-    assert_eq!(reason(&d.status, SCHEDULE_VALID), "ScheduleValid");
-    assert_eq!(reason(&d.status, MACHINE_READY), "NoMachine");
+    assert_eq!(
+        reason(&d.status, ScheduledCondition::ScheduleValid.as_str()),
+        "ScheduleValid"
+    );
+    assert_eq!(
+        reason(&d.status, ScheduledCondition::MachineReady.as_str()),
+        "NoMachine"
+    );
 }
 
 #[test]
@@ -219,7 +225,7 @@ fn disabled_removes_gracefully_then_rests() {
 #[test]
 fn invalid_spec_is_an_error_condition_that_removes_an_active_machine_and_recovers() {
     let invalid = Validity::Invalid {
-        reason: "InvalidTimezone",
+        reason: crate::schedule::Reason::InvalidTimezone.into(),
         message: "spec.schedule.timezone: unknown time zone \"Mars/Base\"".into(),
     };
     let mut o = with_machine(observed(true), "Running");
@@ -229,7 +235,10 @@ fn invalid_spec_is_an_error_condition_that_removes_an_active_machine_and_recover
         (d.action, d.status.phase),
         (Action::DeleteMachine { skip_drain: false }, Some(Phase::ShuttingDown))
     );
-    assert_eq!(reason(&d.status, SCHEDULE_VALID), "InvalidTimezone");
+    assert_eq!(
+        reason(&d.status, ScheduledCondition::ScheduleValid.as_str()),
+        "InvalidTimezone"
+    );
     assert_eq!(d.status.in_schedule, None);
 
     let mut o = observed(true);
@@ -242,7 +251,10 @@ fn invalid_spec_is_an_error_condition_that_removes_an_active_machine_and_recover
     );
     let fixed = decide(&d.status, &observed(true));
     assert_eq!(fixed.status.phase, Some(Phase::Pending));
-    assert_eq!(reason(&fixed.status, SCHEDULE_VALID), "ScheduleValid");
+    assert_eq!(
+        reason(&fixed.status, ScheduledCondition::ScheduleValid.as_str()),
+        "ScheduleValid"
+    );
 }
 
 #[test]
@@ -265,7 +277,10 @@ fn a_machine_still_deleting_when_the_window_reopens_is_awaited_before_recreating
     o.machine.as_mut().unwrap().deleting = true;
     let d = decide(&ScheduledMachineStatus::default(), &o);
     assert_eq!((d.action, d.status.phase), (Action::None, Some(Phase::Pending)));
-    assert_eq!(reason(&d.status, MACHINE_READY), "MachineDeleting");
+    assert_eq!(
+        reason(&d.status, ScheduledCondition::MachineReady.as_str()),
+        "MachineDeleting"
+    );
 }
 
 #[test]
