@@ -23,7 +23,7 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::reconcile::{Context, publish_event};
+use crate::reconcile::{ApiError, Context, drive_cached, publish_event};
 use crate::{
     api::{common::MachineAddressType, libvirt_machine::LibvirtMachine},
     app::health::Readiness,
@@ -35,45 +35,8 @@ pub const NAME: &str = "csrapprover";
 /// Reason on the `Approved` condition this manager writes.
 pub const APPROVAL_REASON: &str = "CAPLVApproved";
 
-/// Failures of one reconcile.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Reading the Node failed.
-    #[error("cannot read Node {name}: {source}")]
-    GetNode {
-        /// Node name.
-        name: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// Approving failed.
-    #[error("cannot approve CSR {name}: {source}")]
-    Approve {
-        /// CSR name.
-        name: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-}
-
-impl Error {
-    /// Bounded reason for metrics and logs.
-    #[must_use]
-    pub const fn reason(&self) -> &'static str {
-        match self {
-            Self::GetNode { .. } => "GetNode",
-            Self::Approve { .. } => "Approve",
-        }
-    }
-}
-
-impl crate::reconcile::ReconcileError for Error {
-    fn reason(&self) -> &'static str {
-        Error::reason(self)
-    }
-}
+/// Failures of one reconcile: reading the Node or approving.
+pub type Error = ApiError;
 
 struct State {
     ctx: Arc<Context>,
@@ -156,10 +119,7 @@ async fn apply(csr: &CertificateSigningRequest, state: &State) -> Result<Action,
             nodes
                 .get_opt(&node)
                 .await
-                .map_err(|source| Error::GetNode {
-                    name: node.clone(),
-                    source,
-                })?
+                .map_err(ApiError::read(format!("Node {node}")))?
                 .map(|n| n.spec.and_then(|s| s.provider_id).unwrap_or_default())
         }
         None => None,
@@ -174,10 +134,7 @@ async fn apply(csr: &CertificateSigningRequest, state: &State) -> Result<Action,
             let api: Api<CertificateSigningRequest> = Api::all(state.ctx.client.clone());
             api.patch_approval(&csr.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
                 .await
-                .map_err(|source| Error::Approve {
-                    name: csr.name_any(),
-                    source,
-                })?;
+                .map_err(ApiError::write(format!("the approval of CSR {}", csr.name_any())))?;
             state
                 .ctx
                 .metrics
@@ -249,19 +206,9 @@ pub async fn run(
             csrs_for(&by_node, &n.name_any())
         })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let synced = {
-        let csrs = csrs.clone();
-        async move { crate::reconcile::wait_synced(&csrs).await }
-    };
     let state = Arc::new(State {
         ctx: ctx.clone(),
         machines,
     });
-    crate::reconcile::drive(
-        controller,
-        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
-        reconcile,
-        state,
-    )
-    .await;
+    drive_cached(controller, NAME, readiness, reconcile, state, &ctx).await;
 }

@@ -22,7 +22,7 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::reconcile::{Context, publish_event};
+use crate::reconcile::{ApiError, Context, drive_cached, publish_event};
 use crate::{api::libvirt_machine::LibvirtMachine, app::health::Readiness};
 
 /// Controller name in metrics and logs.
@@ -30,40 +30,8 @@ pub const NAME: &str = "nodelink";
 /// Field manager owning the labels and annotations applied from the spec.
 pub const FIELD_MANAGER: &str = "caplv-manager/node-metadata";
 
-/// Failures of one reconcile.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A Node read or write failed.
-    #[error("cannot {what} Node {name}: {source}")]
-    Node {
-        /// What was attempted.
-        what: &'static str,
-        /// Node name.
-        name: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-}
-
-impl Error {
-    /// Bounded reason for metrics and logs.
-    #[must_use]
-    pub const fn reason(&self) -> &'static str {
-        "Node"
-    }
-
-    fn node(what: &'static str, name: &str) -> impl FnOnce(kube::Error) -> Self {
-        let name = name.to_owned();
-        move |source| Self::Node { what, name, source }
-    }
-}
-
-impl crate::reconcile::ReconcileError for Error {
-    fn reason(&self) -> &'static str {
-        Error::reason(self)
-    }
-}
+/// Failures of one reconcile: a Node read or write.
+pub type Error = ApiError;
 
 /// What to do to the Node. Pure.
 #[derive(Debug, PartialEq, Eq)]
@@ -114,7 +82,11 @@ async fn apply(machine: &LibvirtMachine, ctx: &Context) -> Result<Action, Error>
         return Ok(Action::await_change());
     }
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let Some(node) = nodes.get_opt(node_name).await.map_err(Error::node("read", node_name))? else {
+    let Some(node) = nodes
+        .get_opt(node_name)
+        .await
+        .map_err(ApiError::read(format!("Node {node_name}")))?
+    else {
         return Ok(Action::await_change());
     };
     let current = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
@@ -140,7 +112,7 @@ async fn apply(machine: &LibvirtMachine, ctx: &Context) -> Result<Action, Error>
             nodes
                 .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
-                .map_err(Error::node("set the provider ID of", node_name))?;
+                .map_err(ApiError::write(format!("the provider ID of Node {node_name}")))?;
             publish_event(
                 &ctx.recorder,
                 &machine.object_ref(&()),
@@ -161,7 +133,7 @@ async fn apply(machine: &LibvirtMachine, ctx: &Context) -> Result<Action, Error>
             &Patch::Apply(&patch),
         )
         .await
-        .map_err(Error::node("label", node_name))?;
+        .map_err(ApiError::write(format!("the labels of Node {node_name}")))?;
     Ok(Action::await_change())
 }
 
@@ -185,14 +157,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             machines_for_node(&by_node, &n.name_any())
         })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let synced = async move { crate::reconcile::wait_synced(&store).await };
-    crate::reconcile::drive(
-        controller,
-        crate::reconcile::Readying::new(NAME, synced, readiness, &ctx),
-        reconcile,
-        ctx,
-    )
-    .await;
+    drive_cached(controller, NAME, readiness, reconcile, ctx.clone(), &ctx).await;
 }
 
 #[cfg(test)]

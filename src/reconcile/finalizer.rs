@@ -29,6 +29,30 @@ pub fn added(meta: &ObjectMeta, finalizer: &str) -> Vec<String> {
     list
 }
 
+/// Add `finalizer` to `obj`, before anything it guards is created.
+///
+/// # Errors
+/// The API error, a conflict included.
+pub async fn add<K>(api: &Api<K>, obj: &K, finalizer: &str) -> kube::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    patch(api, obj, &added(obj.meta(), finalizer)).await
+}
+
+/// Replace the finalizer list, guarded by the resourceVersion that was read.
+async fn patch<K>(api: &Api<K>, obj: &K, finalizers: &[impl serde::Serialize]) -> kube::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()},
+    });
+    api.patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+}
+
 /// Drop `finalizer` from `obj`. An object already gone counts as done.
 ///
 /// # Errors
@@ -38,14 +62,8 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let kept: Vec<&String> = obj.finalizers().iter().filter(|f| *f != finalizer).collect();
-    let patch = serde_json::json!({
-        "metadata": {"finalizers": kept, "resourceVersion": obj.resource_version()},
-    });
-    match api
-        .patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-        .await
-    {
-        Ok(_) => Ok(()),
+    match patch(api, obj, &kept).await {
+        Ok(()) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e),
     }

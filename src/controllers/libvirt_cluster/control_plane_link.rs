@@ -20,58 +20,16 @@ use kube::{
 
 use crate::api::{
     CLUSTER_NAME_LABEL, SelfManagedControlPlane,
-    capi::{self, ClusterView, ContractRef, DecodeError},
+    capi::{self, ClusterView, ContractRef},
 };
-use crate::reconcile::{Context, publish_event};
+use crate::reconcile::{ApiError, Context, error::get_opt, publish_event};
 
 /// Field manager of the SelfManagedControlPlanes created for Clusters.
 pub const FIELD_MANAGER: &str = "caplv-manager/control-plane-link";
 
-/// Failures of linking a control plane.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The Cluster has an unexpected shape.
-    #[error(transparent)]
-    Decode(#[from] DecodeError),
-    /// Reading or creating the SelfManagedControlPlane failed.
-    #[error("cannot {what} SelfManagedControlPlane {name:?}: {source}")]
-    ControlPlane {
-        /// `read` or `create`.
-        what: &'static str,
-        /// Its name.
-        name: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// Setting the Cluster's `spec.controlPlaneRef` failed.
-    #[error("cannot set spec.controlPlaneRef of Cluster {name:?}: {source}")]
-    PatchCluster {
-        /// Cluster name.
-        name: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-}
-
-impl Error {
-    /// Bounded reason for metrics and logs.
-    #[must_use]
-    pub const fn reason(&self) -> &'static str {
-        match self {
-            Self::Decode(_) => "DecodeCluster",
-            Self::ControlPlane { .. } => "ApplyControlPlane",
-            Self::PatchCluster { .. } => "LinkControlPlane",
-        }
-    }
-
-    /// Whether the Cluster changed under the patch (someone else's write won).
-    #[must_use]
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, Self::PatchCluster { source: kube::Error::Api(s), .. } if s.code == 409)
-    }
-}
+/// Failures of linking a control plane: a read or write (a conflict is the Cluster changing
+/// under the patch), or a Cluster of an unexpected shape.
+pub type Error = ApiError;
 
 /// What linking did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,21 +52,14 @@ fn is_ours(reference: &ContractRef) -> bool {
 /// Make sure `cluster` (read just now, so its resourceVersion is fresh) has a control plane.
 ///
 /// # Errors
-/// When a read or write fails; [`Error::is_conflict`] tells a lost race.
+/// When a read or write fails; [`ApiError::is_conflict`] tells a lost race.
 pub async fn ensure(ctx: &Context, cluster: &DynamicObject) -> Result<Linked, Error> {
     let view = ClusterView::decode(cluster, ctx.capi)?;
     let namespace = cluster.namespace().unwrap_or_default();
     let control_planes: Api<SelfManagedControlPlane> = Api::namespaced(ctx.client.clone(), &namespace);
     match &view.control_plane_ref {
         Some(reference) if is_ours(reference) => {
-            let found = control_planes
-                .get_opt(&reference.name)
-                .await
-                .map_err(|source| Error::ControlPlane {
-                    what: "read",
-                    name: reference.name.clone(),
-                    source,
-                })?;
+            let found = get_opt(&control_planes, &reference.name, "SelfManagedControlPlane").await?;
             if found.is_some() {
                 return Ok(Linked::Existing);
             }
@@ -136,10 +87,10 @@ pub async fn ensure(ctx: &Context, cluster: &DynamicObject) -> Result<Linked, Er
     clusters
         .patch(&view.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|source| Error::PatchCluster {
-            name: view.name.clone(),
-            source,
-        })?;
+        .map_err(ApiError::write(format!(
+            "spec.controlPlaneRef of Cluster {:?}",
+            view.name
+        )))?;
     tracing::info!(cluster = %view.name, "set the Cluster's controlPlaneRef to its SelfManagedControlPlane");
     publish_event(
         &ctx.recorder,
@@ -169,10 +120,6 @@ async fn create(api: &Api<SelfManagedControlPlane>, name: &str, cluster: &str) -
     });
     api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body))
         .await
-        .map_err(|source| Error::ControlPlane {
-            what: "create",
-            name: name.to_owned(),
-            source,
-        })?;
+        .map_err(ApiError::write(format!("SelfManagedControlPlane {name:?}")))?;
     Ok(())
 }

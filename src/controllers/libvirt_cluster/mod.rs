@@ -40,32 +40,9 @@ use crate::{
 pub const NAME: &str = "libvirtcluster";
 const FIELD_MANAGER: &str = "caplv-manager/libvirtcluster";
 
-/// Failures of one reconcile.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Reading the owner Cluster or writing the status failed.
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    /// Giving the Cluster its control plane failed.
-    #[error(transparent)]
-    LinkControlPlane(#[from] control_plane_link::Error),
-}
-
-impl crate::reconcile::ReconcileError for Error {
-    fn reason(&self) -> &'static str {
-        match self {
-            Self::Api(e) => e.reason(),
-            Self::LinkControlPlane(e) => e.reason(),
-        }
-    }
-
-    fn is_conflict(&self) -> bool {
-        match self {
-            Self::Api(e) => e.is_conflict(),
-            Self::LinkControlPlane(e) => e.is_conflict(),
-        }
-    }
-}
+/// Failures of one reconcile: reading the owner Cluster, linking its control plane, writing
+/// the status.
+pub type Error = ApiError;
 
 /// What a reconcile found, before deciding anything.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -66,10 +66,7 @@ async fn claim(machine: &LibvirtMachine, state: &State, provider_id: &str) -> Re
     api(&state.ctx, machine)
         .patch(&machine.name_any(), &PatchParams::default(), &Patch::Merge(patch))
         .await
-        .map_err(|source| Error::Patch {
-            what: "finalizer and providerID",
-            source,
-        })?;
+        .map_err(crate::reconcile::ApiError::write("finalizer and providerID"))?;
     Ok(())
 }
 

@@ -88,10 +88,7 @@ pub(super) async fn admit(
             // exists on the host.
             apply_status(&api(&state.ctx, machine), &machine.name_any(), FIELD_MANAGER, &status)
                 .await
-                .map_err(|source| Error::Patch {
-                    what: "allocation",
-                    source,
-                })?;
+                .map_err(crate::reconcile::ApiError::write("allocation"))?;
             placement.record(&host_key, &candidate.uid, Some(size));
             Ok(Admitted::Now(Box::new(status)))
         }

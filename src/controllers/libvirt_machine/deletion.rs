@@ -160,8 +160,6 @@ fn stalled(machine: &LibvirtMachine, reason: impl Into<Reason>, message: String,
 async fn release(machine: &LibvirtMachine, state: &State) -> Result<(), Error> {
     finalizer::release(&api(&state.ctx, machine), machine, FINALIZER)
         .await
-        .map_err(|source| Error::Patch {
-            what: "finalizer",
-            source,
-        })
+        .map_err(crate::reconcile::ApiError::write("finalizer"))?;
+    Ok(())
 }

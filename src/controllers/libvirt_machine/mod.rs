@@ -43,13 +43,11 @@ mod watch;
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{
     Resource, ResourceExt,
-    api::{Api, DynamicObject},
+    api::Api,
     runtime::{
         controller::{Action, Controller},
-        events::EventType,
         reflector::{ObjectRef, Store},
         watcher,
     },
@@ -64,10 +62,10 @@ use crate::{
     },
     app::health::Readiness,
     reconcile::{
-        Context, Readying, apply_status, condition_events, drive,
+        ApiError, Context, drive_cached,
         host_connections::{HostConnections, SecretReadError},
         placement::Placement,
-        publish_event, wait_synced,
+        write_status,
     },
 };
 
@@ -86,73 +84,40 @@ const CAPACITY_RECHECK: Duration = Duration::from_secs(60);
 /// Kubernetes API failures of one reconcile (host trouble is a condition, not an error).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A read failed.
-    #[error("cannot read {what}: {source}")]
-    Get {
-        /// What was read.
-        what: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// A write failed.
-    #[error("cannot write {what}: {source}")]
-    Patch {
-        /// What was written.
-        what: &'static str,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// A CAPI object has an unexpected shape.
+    /// A read, a write (a conflict is usually CAPI core adding its owner reference first), or
+    /// a CAPI object of an unexpected shape.
     #[error(transparent)]
-    Decode(#[from] DecodeError),
+    Api(#[from] ApiError),
     /// Reading the host's SSH key Secret failed.
     #[error(transparent)]
     HostSecret(#[from] SecretReadError),
     /// The object has no uid (it was not read from the API server).
     #[error("the object has no uid")]
     NoUid,
-    /// A blocking task panicked or was cancelled.
-    #[error("libvirt task failed: {0}")]
+    /// Admission recorded no allocation (a bug: admission always records one).
+    #[error("{0}")]
     Task(String),
 }
 
-impl Error {
-    /// Whether a write lost an optimistic-concurrency race (HTTP 409).
-    #[must_use]
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, Self::Patch { source: kube::Error::Api(e), .. } if e.code == 409)
-    }
-
-    /// Bounded reason for metrics and logs.
-    #[must_use]
-    pub const fn reason(&self) -> &'static str {
-        match self {
-            Self::Get { .. } => "Get",
-            Self::Patch { .. } => "Patch",
-            Self::Decode(_) => "Decode",
-            Self::HostSecret(_) => "GetSecret",
-            Self::NoUid => "NoUid",
-            Self::Task(_) => "Task",
-        }
+impl From<DecodeError> for Error {
+    fn from(e: DecodeError) -> Self {
+        Self::Api(e.into())
     }
 }
 
 impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
-        Error::reason(self)
+        match self {
+            Self::Api(e) => e.reason(),
+            Self::HostSecret(_) => "GetSecret",
+            Self::NoUid => "NoUid",
+            Self::Task(_) => "Task",
+        }
     }
 
-    // Usually CAPI core adding its owner reference first.
     fn is_conflict(&self) -> bool {
-        Error::is_conflict(self)
+        matches!(self, Self::Api(e) if e.is_conflict())
     }
-}
-
-fn get_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Get { what, source }
 }
 
 /// The connection cache and admission state shared with the LibvirtHost controller.
@@ -189,32 +154,18 @@ async fn reconcile(machine: Arc<LibvirtMachine>, state: Arc<State>) -> Result<Ac
     publish(&machine, &state, outcome).await
 }
 
-/// Write the status when it changed, count what happened and publish the Events.
+/// Count what happened, then write the status when it changed and publish the Events.
 async fn publish(machine: &LibvirtMachine, state: &State, outcome: Outcome) -> Result<Action, Error> {
     for label in &outcome.counted {
         state.ctx.metrics.machine_events.with_label_values(&[label]).inc();
     }
     let before = current(machine);
-    let mut events: Vec<(EventType, String, String)> = outcome
+    let events = outcome
         .events
         .into_iter()
         .map(|(t, r, n)| (t, r.to_owned(), n))
         .collect();
-    if outcome.status != before {
-        apply_status(
-            &api(&state.ctx, machine),
-            &machine.name_any(),
-            FIELD_MANAGER,
-            &outcome.status,
-        )
-        .await
-        .map_err(|source| Error::Patch { what: "status", source })?;
-        events.extend(condition_events(&before.conditions, &outcome.status.conditions));
-    }
-    let reference: ObjectReference = machine.object_ref(&());
-    for (type_, reason, note) in events {
-        publish_event(&state.ctx.recorder, &reference, type_, &reason, "Reconcile", note).await;
-    }
+    write_status(&state.ctx, machine, FIELD_MANAGER, &before, &outcome.status, events).await?;
     Ok(outcome.action)
 }
 
@@ -250,16 +201,10 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let capi = ctx.capi;
-    let (machines, clusters): (Api<DynamicObject>, Api<DynamicObject>) = match &ctx.settings.watch_namespace {
-        Some(ns) => (
-            Api::namespaced_with(ctx.client.clone(), ns, &capi.machine()),
-            Api::namespaced_with(ctx.client.clone(), ns, &capi.cluster()),
-        ),
-        None => (
-            Api::all_with(ctx.client.clone(), &capi.machine()),
-            Api::all_with(ctx.client.clone(), &capi.cluster()),
-        ),
-    };
+    let (machines, clusters) = (
+        ctx.watched_dynamic(&capi.machine()),
+        ctx.watched_dynamic(&capi.cluster()),
+    );
     let store = controller.store();
     let (by_host, by_cluster) = (store.clone(), store.clone());
     let controller = controller
@@ -281,16 +226,9 @@ pub async fn run(
             machines_of_cluster(&by_cluster, c.namespace().as_deref().unwrap_or_default(), &c.name_any())
         })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    let synced = async move { wait_synced(&store).await };
     let state = Arc::new(State {
         ctx: ctx.clone(),
         shared,
     });
-    drive(
-        controller,
-        Readying::new(NAME, synced, readiness, &ctx),
-        reconcile,
-        state,
-    )
-    .await;
+    drive_cached(controller, NAME, readiness, reconcile, state, &ctx).await;
 }

@@ -6,14 +6,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::{Api, ResourceExt, api::DynamicObject};
 
-use super::{Error, get_err};
+use super::Error;
 use crate::{
     api::{
         capi::{ClusterView, MachineView},
         libvirt_host::LibvirtHost,
         libvirt_machine::LibvirtMachine,
     },
-    reconcile::{Context, owner},
+    reconcile::{Context, error::get_opt, owner},
 };
 
 /// What exists around a machine that is not being deleted.
@@ -55,11 +55,8 @@ pub(super) enum Bootstrap {
 
 /// The LibvirtHost `machine` names, if it exists.
 pub(super) async fn host_of(machine: &LibvirtMachine, ctx: &Context) -> Result<Option<LibvirtHost>, Error> {
-    let name = &machine.spec.host_ref.name;
-    Api::<LibvirtHost>::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default())
-        .get_opt(name)
-        .await
-        .map_err(get_err(format!("LibvirtHost {name}")))
+    let hosts = Api::<LibvirtHost>::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
+    Ok(get_opt(&hosts, &machine.spec.host_ref.name, "LibvirtHost").await?)
 }
 
 /// Read what provisioning or watching `machine` needs.
@@ -69,20 +66,12 @@ pub(super) async fn observe(machine: &LibvirtMachine, ctx: &Context) -> Result<O
         return Ok(Observed::NoOwner);
     };
     let machines: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.machine());
-    let Some(found) = machines
-        .get_opt(&owner.name)
-        .await
-        .map_err(get_err(format!("Machine {}", owner.name)))?
-    else {
+    let Some(found) = get_opt(&machines, &owner.name, "Machine").await? else {
         return Ok(Observed::MachineMissing(owner.name.clone()));
     };
     let capi_machine = MachineView::decode(&found, ctx.capi)?;
     let clusters: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.cluster());
-    let Some(cluster) = clusters
-        .get_opt(&capi_machine.cluster_name)
-        .await
-        .map_err(get_err(format!("Cluster {}", capi_machine.cluster_name)))?
-    else {
+    let Some(cluster) = get_opt(&clusters, &capi_machine.cluster_name, "Cluster").await? else {
         return Ok(Observed::ClusterMissing(capi_machine.cluster_name));
     };
     if owner::is_paused(ClusterView::decode(&cluster, ctx.capi)?.paused, &machine.metadata) {
@@ -94,7 +83,7 @@ pub(super) async fn observe(machine: &LibvirtMachine, ctx: &Context) -> Result<O
     let bootstrap = match &capi_machine.data_secret_name {
         Some(name) if provisioning && host_ready => {
             let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-            match secrets.get_opt(name).await.map_err(get_err(format!("Secret {name}")))? {
+            match get_opt(&secrets, name, "Secret").await? {
                 Some(secret) => Bootstrap::Found(secret.data.unwrap_or_default()),
                 None => Bootstrap::Missing,
             }

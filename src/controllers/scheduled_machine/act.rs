@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::{CORDONED_BY_ANNOTATION, Error, objects, observe};
 use crate::{
     api::{ScheduledMachine, scheduled_machine::CreatedObjectReference},
-    controllers::Context,
+    reconcile::{ApiError, Context},
     schedule::parse_duration,
 };
 
@@ -34,10 +34,7 @@ async fn create_or_adopt(api: &Api<DynamicObject>, body: Value, owner: &str) -> 
     match api.create(&PostParams::default(), &object).await {
         Ok(_) => Ok(()),
         Err(err) if is_status(&err, 409) => {
-            let existing = api.get(&name).await.map_err(|source| Error::Read {
-                what: name.clone(),
-                source,
-            })?;
+            let existing = api.get(&name).await.map_err(ApiError::read(&name))?;
             if observe::is_ours(&existing, owner) {
                 Ok(())
             } else {
@@ -84,10 +81,7 @@ pub async fn delete_machine(sm: &ScheduledMachine, ctx: &Context, skip_drain: bo
             Ok(_) => {}
             Err(err) if is_status(&err, 404) => return Ok(()),
             Err(source) => {
-                return Err(Error::Write {
-                    what: "Machine".into(),
-                    source,
-                });
+                return Err(ApiError::write("Machine")(source).into());
             }
         }
     }
@@ -104,10 +98,7 @@ pub async fn delete_leftovers(sm: &ScheduledMachine, ctx: &Context) -> Result<()
         if api
             .get_opt(&r.name)
             .await
-            .map_err(|source| Error::Read {
-                what: r.kind.clone(),
-                source,
-            })?
+            .map_err(ApiError::read(&r.kind))?
             .is_some_and(|o| observe::is_ours(&o, &name))
         {
             delete_ignoring_missing(&api, &r.name, &r.kind).await?;
@@ -120,10 +111,7 @@ async fn delete_ignoring_missing(api: &Api<DynamicObject>, name: &str, what: &st
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(err) if is_status(&err, 404) => Ok(()),
-        Err(source) => Err(Error::Write {
-            what: what.to_owned(),
-            source,
-        }),
+        Err(source) => Err(ApiError::write(what)(source).into()),
     }
 }
 
@@ -138,10 +126,7 @@ async fn cordon(ctx: &Context, node: &str, owner: &str, unschedulable: bool) -> 
     match nodes.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await {
         Ok(_) => Ok(()),
         Err(err) if is_status(&err, 404) => Ok(()),
-        Err(source) => Err(Error::Write {
-            what: "Node".into(),
-            source,
-        }),
+        Err(source) => Err(ApiError::write("Node")(source).into()),
     }
 }
 

@@ -23,7 +23,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DynamicObject, Patch, PatchParams},
+    api::DynamicObject,
     runtime::{
         WatchStreamExt,
         controller::{Action as Requeue, Controller},
@@ -35,7 +35,7 @@ use kube::{
 use tokio_util::sync::CancellationToken;
 
 use self::plan::{Action, Decision, decide};
-use crate::reconcile::{Context, apply_status, publish_event, wait_synced};
+use crate::reconcile::{ApiError, Context, apply_status, finalizer, publish_event, wait_synced};
 use crate::{
     api::{
         ScheduledMachine,
@@ -57,28 +57,13 @@ pub const CORDONED_BY_ANNOTATION: &str = "5spot.finos.org/cordoned-by";
 /// Failures of one reconcile; the variants name the action that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Reading an object failed.
-    #[error("cannot read {what}: {source}")]
-    Read {
-        /// What was read.
-        what: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// Creating an object failed.
+    /// Reading, changing or deleting an object failed.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// Creating an object failed (a 409 here is an existing object, not a lost race).
     #[error("cannot create {what}: {source}")]
     Create {
         /// What was created.
-        what: String,
-        /// API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// Changing or deleting an object failed.
-    #[error("cannot update {what}: {source}")]
-    Write {
-        /// What was written.
         what: String,
         /// API error.
         #[source]
@@ -106,9 +91,8 @@ impl Error {
     #[must_use]
     pub const fn reason(&self) -> &'static str {
         match self {
-            Self::Read { .. } => "ReadFailed",
+            Self::Api(e) => e.reason(),
             Self::Create { .. } => "CreateFailed",
-            Self::Write { .. } => "WriteFailed",
             Self::NameConflict(_) => "NameConflict",
             Self::Kind(_) => "KindNotServed",
             Self::Build(_) => "InvalidTemplate",
@@ -121,6 +105,10 @@ impl Error {
 impl crate::reconcile::ReconcileError for Error {
     fn reason(&self) -> &'static str {
         Error::reason(self)
+    }
+
+    fn is_conflict(&self) -> bool {
+        matches!(self, Self::Api(e) if e.is_conflict())
     }
 }
 
@@ -167,14 +155,13 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
     let ctx = &state.ctx;
     let api: Api<ScheduledMachine> = Api::namespaced(ctx.client.clone(), &sm.namespace().unwrap_or_default());
     let deleting = sm.metadata.deletion_timestamp.is_some();
-    if !deleting && !sm.finalizers().iter().any(|f| f == FINALIZER) {
-        // The finalizer goes on before anything is created, so nothing can be orphaned.
-        let mut finalizers = sm.finalizers().to_vec();
-        finalizers.push(FINALIZER.to_owned());
-        set_finalizers(&api, sm, &finalizers).await?;
-        return Ok(Requeue::await_change());
-    }
-    if deleting && !sm.finalizers().iter().any(|f| f == FINALIZER) {
+    if !finalizer::has(&sm.metadata, FINALIZER) {
+        if !deleting {
+            // The finalizer goes on before anything is created, so nothing can be orphaned.
+            finalizer::add(&api, sm, FINALIZER)
+                .await
+                .map_err(ApiError::write("finalizers"))?;
+        }
         return Ok(Requeue::await_change());
     }
 
@@ -194,40 +181,21 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
         if !deleting || !decision.release_finalizer {
             apply_status(&api, &sm.name_any(), FIELD_MANAGER, &decision.status)
                 .await
-                .map_err(|source| Error::Write {
-                    what: "status".into(),
-                    source,
-                })?;
+                .map_err(ApiError::write("status"))?;
         }
         report_transition(sm, ctx, &current, &decision.status, seen.now).await;
     }
     state.record_phase(ObjectRef::from_obj(sm), decision.status.phase);
 
     if decision.release_finalizer {
-        let remaining: Vec<String> = sm.finalizers().iter().filter(|f| *f != FINALIZER).cloned().collect();
-        set_finalizers(&api, sm, &remaining).await?;
+        finalizer::release(&api, sm, FINALIZER)
+            .await
+            .map_err(ApiError::write("finalizers"))?;
         state.record_phase(ObjectRef::from_obj(sm), None);
     }
     Ok(decision.requeue.map_or_else(Requeue::await_change, |d| {
         Requeue::requeue(d.max(Duration::from_millis(10)))
     }))
-}
-
-/// Replace the finalizer list, guarded by the resourceVersion we read so that a concurrent
-/// change (e.g. another controller's finalizer) is never overwritten.
-async fn set_finalizers(
-    api: &Api<ScheduledMachine>,
-    sm: &ScheduledMachine,
-    finalizers: &[String],
-) -> Result<(), Error> {
-    let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": sm.resource_version()}});
-    api.patch(&sm.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .map(|_| ())
-        .map_err(|source| Error::Write {
-            what: "finalizers".into(),
-            source,
-        })
 }
 
 async fn act(sm: &ScheduledMachine, ctx: &Context, decision: &Decision) -> Result<(), Error> {
@@ -293,10 +261,7 @@ async fn report_transition(
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
-    let machines_api: Api<DynamicObject> = match &ctx.settings.watch_namespace {
-        Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ctx.capi.machine()),
-        None => Api::all_with(ctx.client.clone(), &ctx.capi.machine()),
-    };
+    let machines_api = ctx.watched_dynamic(&ctx.capi.machine());
     let ours = watcher::Config::default().labels(objects::SCHEDULED_MACHINE_LABEL);
 
     // A cache of our Machines: observe reads it instead of the API, and Node events map through it.

@@ -19,7 +19,7 @@ use crate::{
         capi::MachineView,
         scheduled_machine::{CreatedObjectReference, Reason, ScheduledMachineSpec, ScheduledReason},
     },
-    controllers::Context,
+    reconcile::{ApiError, Context},
     schedule::{Schedule, parse_duration},
 };
 
@@ -146,10 +146,7 @@ async fn exists_as_ours(
         }
     };
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &resource);
-    match api.get_opt(&r.name).await.map_err(|source| Error::Read {
-        what: r.kind.clone(),
-        source,
-    })? {
+    match api.get_opt(&r.name).await.map_err(ApiError::read(&r.kind))? {
         Some(obj) if is_ours(&obj, name) => Ok(true),
         Some(_) => {
             *validity = conflict(r);
@@ -168,11 +165,7 @@ async fn node_seen(
     wanted_active: bool,
 ) -> Result<Option<NodeSeen>, Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let Some(node) = nodes.get_opt(node_name).await.map_err(|source| Error::Read {
-        what: "Node".into(),
-        source,
-    })?
-    else {
+    let Some(node) = nodes.get_opt(node_name).await.map_err(ApiError::read("Node"))? else {
         return Ok(None);
     };
     let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
@@ -198,10 +191,7 @@ async fn node_seen(
 pub async fn evictable_pods(ctx: &Context, node_name: &str) -> Result<Vec<Pod>, Error> {
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let params = ListParams::default().fields(&format!("spec.nodeName={node_name}"));
-    let list = pods.list(&params).await.map_err(|source| Error::Read {
-        what: "Pods".into(),
-        source,
-    })?;
+    let list = pods.list(&params).await.map_err(ApiError::read("Pods"))?;
     Ok(list.items.into_iter().filter(must_evict).collect())
 }
 
