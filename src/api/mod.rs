@@ -94,3 +94,115 @@ mod tests {
         assert_eq!(machine.domain.memory_mb, 8192);
     }
 }
+
+#[cfg(test)]
+mod readme_tests {
+    //! The README's table of conditions and reasons is the user's reference; it must name
+    //! exactly what the code declares.
+
+    use std::collections::BTreeSet;
+
+    use super::{
+        ignition_config, libvirt_cluster, libvirt_host, libvirt_machine, scheduled_machine, self_managed_control_plane,
+    };
+
+    /// The backticked words of a table cell.
+    fn ticked(cell: &str) -> BTreeSet<String> {
+        cell.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+    }
+
+    fn names<T: Copy>(all: &[T], as_str: fn(T) -> &'static str) -> BTreeSet<String> {
+        all.iter().map(|n| as_str(*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_readme_table_lists_every_condition_and_reason() {
+        let readme = include_str!("../../README.md");
+        let section = readme
+            .split("## Conditions and reasons")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("README has a Conditions and reasons section");
+        let none = BTreeSet::new;
+        let expected: Vec<(&str, BTreeSet<String>, BTreeSet<String>)> = vec![
+            (
+                "LibvirtCluster",
+                names(
+                    libvirt_cluster::ClusterCondition::ALL,
+                    libvirt_cluster::ClusterCondition::as_str,
+                ),
+                names(libvirt_cluster::Reason::ALL, libvirt_cluster::Reason::as_str),
+            ),
+            (
+                "LibvirtHost",
+                names(libvirt_host::HostCondition::ALL, libvirt_host::HostCondition::as_str),
+                names(libvirt_host::HostReason::ALL, libvirt_host::HostReason::as_str),
+            ),
+            (
+                "LibvirtMachine",
+                names(
+                    libvirt_machine::MachineCondition::ALL,
+                    libvirt_machine::MachineCondition::as_str,
+                ),
+                names(
+                    libvirt_machine::MachineReason::ALL,
+                    libvirt_machine::MachineReason::as_str,
+                ),
+            ),
+            (
+                "IgnitionConfig",
+                names(
+                    ignition_config::ConfigCondition::ALL,
+                    ignition_config::ConfigCondition::as_str,
+                ),
+                names(
+                    ignition_config::ConfigReason::ALL,
+                    ignition_config::ConfigReason::as_str,
+                ),
+            ),
+            (
+                "Ignition",
+                none(),
+                names(crate::ignition::Reason::ALL, crate::ignition::Reason::as_str),
+            ),
+            (
+                "ScheduledMachine",
+                names(
+                    scheduled_machine::ScheduledCondition::ALL,
+                    scheduled_machine::ScheduledCondition::as_str,
+                ),
+                names(
+                    scheduled_machine::ScheduledReason::ALL,
+                    scheduled_machine::ScheduledReason::as_str,
+                ),
+            ),
+            (
+                "schedule",
+                none(),
+                names(crate::schedule::Reason::ALL, crate::schedule::Reason::as_str),
+            ),
+            (
+                "SelfManagedControlPlane",
+                names(
+                    self_managed_control_plane::ControlPlaneCondition::ALL,
+                    self_managed_control_plane::ControlPlaneCondition::as_str,
+                ),
+                names(
+                    self_managed_control_plane::Reason::ALL,
+                    self_managed_control_plane::Reason::as_str,
+                ),
+            ),
+        ];
+        let rows: Vec<Vec<&str>> = section
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| kind"))
+            .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+            .collect();
+        assert_eq!(rows.len(), expected.len(), "one row per set: {rows:?}");
+        for (row, (label, types, reasons)) in rows.iter().zip(&expected) {
+            assert!(row[0].starts_with(label), "row {:?} should be {label}", row[0]);
+            assert_eq!(&ticked(row[1]), types, "{label}: condition types");
+            assert_eq!(&ticked(row[2]), reasons, "{label}: reasons");
+        }
+    }
+}

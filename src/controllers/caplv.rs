@@ -13,6 +13,16 @@ use super::{csr_approver, libvirt_cluster, libvirt_host, libvirt_machine, node_l
 use crate::reconcile::{Context, placement::Placement};
 use crate::{api::libvirt_machine::LibvirtMachine, app::health::Readiness};
 
+/// The family's controllers, by their names in readiness and metrics.
+pub const CONTROLLERS: &[&str] = &[
+    libvirt_cluster::NAME,
+    libvirt_host::NAME,
+    libvirt_machine::NAME,
+    self_managed_control_plane::NAME,
+    csr_approver::NAME,
+    node_link::NAME,
+];
+
 /// Spawn the family's controllers; each task ends after `shutdown`.
 pub fn spawn(ctx: &Arc<Context>, readiness: &Readiness, shutdown: &CancellationToken) -> Vec<JoinHandle<()>> {
     let hosts = ctx.hosts.clone();

@@ -75,20 +75,18 @@ impl Family {
         Self::ALL.into_iter().filter(|f| f.is_compiled()).collect()
     }
 
-    /// The controllers of this family that this build runs.
+    /// The controllers of this family that this build runs (none when its feature is off).
     #[must_use]
     pub fn controllers(self) -> &'static [&'static str] {
         match self {
-            Self::Caplv => &[
-                "libvirtcluster",
-                "libvirthost",
-                "libvirtmachine",
-                "selfmanagedcontrolplane",
-                "csrapprover",
-                "nodelink",
-            ],
-            Self::Ignition => &["ignitionconfig"],
-            Self::Fivespot => &["scheduledmachine"],
+            #[cfg(feature = "caplv")]
+            Self::Caplv => caplv::CONTROLLERS,
+            #[cfg(feature = "ignition")]
+            Self::Ignition => &[ignition_config::NAME],
+            #[cfg(feature = "fivespot")]
+            Self::Fivespot => &[scheduled_machine::NAME],
+            #[allow(unreachable_patterns, reason = "reachable when a family's feature is off")]
+            _ => &[],
         }
     }
 }

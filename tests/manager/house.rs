@@ -131,6 +131,22 @@ fn functions(source: &str) -> Vec<(String, usize, usize)> {
 }
 
 #[test]
+fn no_controller_function_is_over_80_lines() {
+    let mut long = Vec::new();
+    for path in rust_files(&Path::new(ROOT).join("src/controllers")) {
+        if is_test_source(&path) {
+            continue;
+        }
+        for (name, line, length) in functions(&std::fs::read_to_string(&path).unwrap()) {
+            if length > 80 {
+                long.push(format!("{}:{line} {name} ({length} lines)", relative(&path)));
+            }
+        }
+    }
+    assert!(long.is_empty(), "controller functions over 80 lines: {long:?}");
+}
+
+#[test]
 fn the_function_finder_sees_long_functions() {
     let body = "    x();\n".repeat(3);
     let source = format!("pub async fn short() {{\n{body}}}\n\nimpl A {{\n    fn inner(&self) {{\n{body}    }}\n}}\n");

@@ -166,6 +166,136 @@ fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     }
 }
 
+/// A phase, the action it takes and the status message.
+type Step = (Phase, Action, String);
+
+/// The window is open and wanted: create, wait for the old Machine, or keep it.
+fn open_step(seen: &Observed) -> Step {
+    match &seen.machine {
+        None => (
+            Phase::Pending,
+            Action::Create,
+            "window open; creating the Machine".to_owned(),
+        ),
+        Some(m) if m.deleting => (
+            Phase::Pending,
+            Action::None,
+            "window open; waiting for the previous Machine to go".to_owned(),
+        ),
+        Some(_) => match &seen.node {
+            Some(node) if node.cordoned_by_us => (
+                Phase::Active,
+                Action::Uncordon {
+                    node: node.name.clone(),
+                },
+                "window reopened during shutdown; keeping the Machine".to_owned(),
+            ),
+            _ => (Phase::Active, Action::None, "window open; Machine exists".to_owned()),
+        },
+    }
+}
+
+/// The kill switch: remove at once, without draining.
+fn killed_step(seen: &Observed) -> Step {
+    let action = match &seen.machine {
+        Some(m) if !m.deleting => Action::DeleteMachine { skip_drain: true },
+        None if seen.bootstrap_exists || seen.infrastructure_exists => Action::DeleteLeftovers,
+        _ => Action::None,
+    };
+    (
+        Phase::Terminated,
+        action,
+        "kill switch on; machine removed without draining".to_owned(),
+    )
+}
+
+/// Not wanted, and nothing exists: say why.
+fn idle_step(seen: &Observed) -> Step {
+    let (phase, message) = if seen.deleting {
+        (Phase::ShuttingDown, "deleted; nothing left to remove".to_owned())
+    } else if let Validity::Invalid { message, .. } = &seen.validity {
+        (Phase::Error, message.clone())
+    } else if !seen.enabled {
+        (Phase::Disabled, "schedule disabled".to_owned())
+    } else {
+        (Phase::Inactive, "outside the schedule window".to_owned())
+    };
+    (phase, Action::None, message)
+}
+
+/// The next step of a graceful removal.
+struct Shutdown {
+    started: DateTime<Utc>,
+    action: Action,
+    message: String,
+    requeue: Option<Duration>,
+}
+
+/// Not wanted, and something exists: drain within the drain timeout, then delete the Machine
+/// (without draining once the grace period is over), then the leftovers.
+fn shutdown_step(
+    current: &ScheduledMachineStatus,
+    seen: &Observed,
+    valid: bool,
+    drain_timeout: Duration,
+    graceful_timeout: Duration,
+) -> Shutdown {
+    let now = seen.now;
+    let started = current.shutdown_started_at.as_ref().and_then(chrono_of).unwrap_or(now);
+    let grace_deadline = started + chrono::Duration::from_std(graceful_timeout).unwrap_or(chrono::Duration::MAX);
+    let drain_deadline =
+        started + chrono::Duration::from_std(drain_timeout.min(graceful_timeout)).unwrap_or(chrono::Duration::MAX);
+    let why = if seen.deleting {
+        "deleted"
+    } else if !valid {
+        "spec invalid"
+    } else if !seen.enabled {
+        "schedule disabled"
+    } else {
+        "window closed"
+    };
+    let mut requeue = None;
+    let (action, message) = match (&seen.machine, &seen.node) {
+        (Some(m), Some(node)) if !m.deleting && now < drain_deadline && (node.pods_to_evict > 0 || !node.cordoned) => {
+            requeue = Some(DRAIN_RETRY.min(until(now, drain_deadline)));
+            (
+                Action::Drain {
+                    node: node.name.clone(),
+                },
+                format!(
+                    "{why}; draining node {} ({} pods to evict)",
+                    node.name, node.pods_to_evict
+                ),
+            )
+        }
+        (Some(m), _) if !m.deleting => (
+            Action::DeleteMachine {
+                skip_drain: now >= grace_deadline,
+            },
+            format!("{why}; deleting the Machine"),
+        ),
+        (Some(_), _) => {
+            requeue = (now < grace_deadline).then(|| until(now, grace_deadline).min(REMOVAL_RECHECK));
+            let action = if now >= grace_deadline {
+                Action::DeleteMachine { skip_drain: true }
+            } else {
+                Action::None
+            };
+            (action, format!("{why}; waiting for the Machine to be removed"))
+        }
+        (None, _) => (
+            Action::DeleteLeftovers,
+            format!("{why}; removing the bootstrap and infrastructure objects"),
+        ),
+    };
+    Shutdown {
+        started,
+        action,
+        message,
+        requeue,
+    }
+}
+
 /// Decide what to do. `current` is the stored status.
 #[must_use]
 pub fn decide(current: &ScheduledMachineStatus, seen: &Observed) -> Decision {
@@ -184,104 +314,17 @@ pub fn decide(current: &ScheduledMachineStatus, seen: &Observed) -> Decision {
     let anything_exists = seen.machine.is_some() || seen.bootstrap_exists || seen.infrastructure_exists;
     let mut shutdown_started = None;
     let mut requeue = None;
-
     let (phase, action, message) = if wanted {
-        match &seen.machine {
-            None => (
-                Phase::Pending,
-                Action::Create,
-                "window open; creating the Machine".to_owned(),
-            ),
-            Some(m) if m.deleting => (
-                Phase::Pending,
-                Action::None,
-                "window open; waiting for the previous Machine to go".to_owned(),
-            ),
-            Some(_) => match &seen.node {
-                Some(node) if node.cordoned_by_us => (
-                    Phase::Active,
-                    Action::Uncordon {
-                        node: node.name.clone(),
-                    },
-                    "window reopened during shutdown; keeping the Machine".to_owned(),
-                ),
-                _ => (Phase::Active, Action::None, "window open; Machine exists".to_owned()),
-            },
-        }
+        open_step(seen)
     } else if seen.kill_switch {
-        let action = match &seen.machine {
-            Some(m) if !m.deleting => Action::DeleteMachine { skip_drain: true },
-            None if seen.bootstrap_exists || seen.infrastructure_exists => Action::DeleteLeftovers,
-            _ => Action::None,
-        };
-        (
-            Phase::Terminated,
-            action,
-            "kill switch on; machine removed without draining".to_owned(),
-        )
+        killed_step(seen)
     } else if !anything_exists {
-        let (phase, message) = if seen.deleting {
-            (Phase::ShuttingDown, "deleted; nothing left to remove".to_owned())
-        } else if let Validity::Invalid { message, .. } = &seen.validity {
-            (Phase::Error, message.clone())
-        } else if !seen.enabled {
-            (Phase::Disabled, "schedule disabled".to_owned())
-        } else {
-            (Phase::Inactive, "outside the schedule window".to_owned())
-        };
-        (phase, Action::None, message)
+        idle_step(seen)
     } else {
-        let started = current.shutdown_started_at.as_ref().and_then(chrono_of).unwrap_or(now);
-        shutdown_started = Some(started);
-        let grace_deadline = started + chrono::Duration::from_std(graceful_timeout).unwrap_or(chrono::Duration::MAX);
-        let drain_deadline =
-            started + chrono::Duration::from_std(drain_timeout.min(graceful_timeout)).unwrap_or(chrono::Duration::MAX);
-        let why = if seen.deleting {
-            "deleted"
-        } else if !valid {
-            "spec invalid"
-        } else if !seen.enabled {
-            "schedule disabled"
-        } else {
-            "window closed"
-        };
-        let (action, message) = match (&seen.machine, &seen.node) {
-            (Some(m), Some(node))
-                if !m.deleting && now < drain_deadline && (node.pods_to_evict > 0 || !node.cordoned) =>
-            {
-                requeue = Some(DRAIN_RETRY.min(until(now, drain_deadline)));
-                (
-                    Action::Drain {
-                        node: node.name.clone(),
-                    },
-                    format!(
-                        "{why}; draining node {} ({} pods to evict)",
-                        node.name, node.pods_to_evict
-                    ),
-                )
-            }
-            (Some(m), _) if !m.deleting => (
-                Action::DeleteMachine {
-                    skip_drain: now >= grace_deadline,
-                },
-                format!("{why}; deleting the Machine"),
-            ),
-            (Some(_), _) => {
-                requeue = (now < grace_deadline).then(|| until(now, grace_deadline).min(REMOVAL_RECHECK));
-                let skip = now >= grace_deadline;
-                let action = if skip {
-                    Action::DeleteMachine { skip_drain: true }
-                } else {
-                    Action::None
-                };
-                (action, format!("{why}; waiting for the Machine to be removed"))
-            }
-            (None, _) => (
-                Action::DeleteLeftovers,
-                format!("{why}; removing the bootstrap and infrastructure objects"),
-            ),
-        };
-        (Phase::ShuttingDown, action, message)
+        let shutdown = shutdown_step(current, seen, valid, drain_timeout, graceful_timeout);
+        shutdown_started = Some(shutdown.started);
+        requeue = shutdown.requeue;
+        (Phase::ShuttingDown, shutdown.action, shutdown.message)
     };
 
     if valid && !seen.deleting {
@@ -306,40 +349,21 @@ pub fn decide(current: &ScheduledMachineStatus, seen: &Observed) -> Decision {
     }
 }
 
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one call site; the arguments are the decision's parts"
-)]
-fn build_status(
-    current: &ScheduledMachineStatus,
-    seen: &Observed,
-    phase: Phase,
-    message: String,
-    shutdown_started: Option<DateTime<Utc>>,
-    next_transition: Option<DateTime<Utc>>,
-    active: bool,
-    valid: bool,
-) -> ScheduledMachineStatus {
-    let now_time = time(seen.now).unwrap_or(Time(Timestamp::UNIX_EPOCH));
+/// `Ready` (from the phase), `ScheduleValid` and `MachineReady`.
+fn desired_conditions(seen: &Observed, phase: Phase, message: &str) -> [DesiredCondition; 3] {
     let machine_running = seen
         .machine
         .as_ref()
         .is_some_and(|m| !m.deleting && m.phase.as_deref() == Some("Running"));
-    let schedule_condition = match &seen.validity {
-        Validity::Valid { .. } => DesiredCondition::new(
-            ScheduledCondition::ScheduleValid,
+    let schedule = match &seen.validity {
+        Validity::Valid { .. } => (
             Status::True,
-            ScheduledReason::ScheduleValid,
-            "",
+            Reason::from(ScheduledReason::ScheduleValid),
+            String::new(),
         ),
-        Validity::Invalid { reason, message } => DesiredCondition::new(
-            ScheduledCondition::ScheduleValid,
-            Status::False,
-            *reason,
-            message.clone(),
-        ),
+        Validity::Invalid { reason, message } => (Status::False, *reason, message.clone()),
     };
-    let (machine_status, machine_reason, machine_message) = match &seen.machine {
+    let machine = match &seen.machine {
         None => (
             Status::False,
             ScheduledReason::NoMachine,
@@ -361,20 +385,31 @@ fn build_status(
             format!("Machine phase {}", m.phase.as_deref().unwrap_or("unknown")),
         ),
     };
-    let machine_condition = DesiredCondition::new(
-        ScheduledCondition::MachineReady,
-        machine_status,
-        machine_reason,
-        machine_message,
-    );
-    let ready_status = Status::from_bool(phase == Phase::Active && machine_running);
-    let ready = DesiredCondition::new(ScheduledCondition::Ready, ready_status, phase.reason(), message.clone());
-    let conditions = condition::merge_all(
-        &current.conditions,
-        &[ready, schedule_condition, machine_condition],
-        &now_time,
-        seen.generation,
-    );
+    let ready = Status::from_bool(phase == Phase::Active && machine_running);
+    [
+        DesiredCondition::new(ScheduledCondition::Ready, ready, phase.reason(), message),
+        DesiredCondition::new(ScheduledCondition::ScheduleValid, schedule.0, schedule.1, schedule.2),
+        DesiredCondition::new(ScheduledCondition::MachineReady, machine.0, machine.1, machine.2),
+    ]
+}
+
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site; the arguments are the decision's parts"
+)]
+fn build_status(
+    current: &ScheduledMachineStatus,
+    seen: &Observed,
+    phase: Phase,
+    message: String,
+    shutdown_started: Option<DateTime<Utc>>,
+    next_transition: Option<DateTime<Utc>>,
+    active: bool,
+    valid: bool,
+) -> ScheduledMachineStatus {
+    let now_time = time(seen.now).unwrap_or(Time(Timestamp::UNIX_EPOCH));
+    let desired = desired_conditions(seen, phase, &message);
+    let conditions = condition::merge_all(&current.conditions, &desired, &now_time, seen.generation);
     let exists = |present: bool, r: &crate::api::scheduled_machine::CreatedObjectReference| present.then(|| r.clone());
     let next = next_transition.and_then(time);
     ScheduledMachineStatus {
