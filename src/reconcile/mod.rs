@@ -33,7 +33,7 @@ use tracing::Instrument;
 use crate::{api::capi::CapiVersion, app::health::Readiness, clock::Clock, endpoint::EndpointProbe, metrics::Metrics};
 
 pub use error::ApiError;
-pub use status::{apply_status, condition_events, publish_event, write_status};
+pub use status::{apply_secret, apply_status, condition_events, publish_event, write_status};
 
 /// The ServiceAccount the chart creates for Cluster API core's access to the workload cluster.
 pub const DEFAULT_WORKLOAD_SERVICE_ACCOUNT: &str = "caplv-workload-access";

@@ -1,4 +1,4 @@
-//! Writing status and Events the same way in every controller.
+//! Writing status, Events and the Secrets controllers own, the same way in every controller.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
@@ -63,6 +63,26 @@ where
     for (type_, reason, note) in events {
         publish_event(&ctx.recorder, &reference, type_, &reason, "Reconcile", note).await;
     }
+    Ok(())
+}
+
+/// Server-side apply `secret` (named `name`, in `namespace`) as `field_manager`, taking the
+/// fields it names from any other manager: the controller owns these Secrets' contents.
+///
+/// # Errors
+/// The write failed.
+pub async fn apply_secret(
+    ctx: &super::Context,
+    namespace: &str,
+    name: &str,
+    field_manager: &str,
+    secret: &(impl Serialize + std::fmt::Debug),
+) -> Result<(), super::ApiError> {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    secrets
+        .patch(name, &PatchParams::apply(field_manager).force(), &Patch::Apply(secret))
+        .await
+        .map_err(super::ApiError::write(format!("Secret {name:?}")))?;
     Ok(())
 }
 

@@ -63,7 +63,7 @@ use std::{
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     ResourceExt,
-    api::{Api, DynamicObject, PartialObjectMeta, Patch, PatchParams},
+    api::{Api, DynamicObject, PartialObjectMeta},
     runtime::{
         controller::{Action, Controller},
         events::EventType,
@@ -82,7 +82,7 @@ use crate::{
         ignition_config::{ConfigCondition, ConfigReason, IgnitionConfig, IgnitionConfigStatus},
     },
     app::health::Readiness,
-    reconcile::{ApiError, Context, condition_events, drive_cached, error::get_opt, owner, write_status},
+    reconcile::{ApiError, Context, apply_secret, condition_events, drive_cached, error::get_opt, owner, write_status},
 };
 
 /// Controller name in metrics, logs and readiness.
@@ -155,15 +155,14 @@ async fn reconcile(config: Arc<IgnitionConfig>, ctx: Arc<Context>) -> Result<Act
     let name = config.name_any();
     let mut events = Vec::new();
     if let Some(secret) = write {
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &config.namespace().unwrap_or_default());
-        secrets
-            .patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&secret),
-            )
-            .await
-            .map_err(ApiError::write(format!("data Secret {name:?}")))?;
+        apply_secret(
+            &ctx,
+            &config.namespace().unwrap_or_default(),
+            &name,
+            FIELD_MANAGER,
+            &secret,
+        )
+        .await?;
         tracing::info!(secret = %name, "data Secret written");
         if !announces_creation(&current, &status) {
             let message = condition::find(&status.conditions, ConfigCondition::Ready.as_str())

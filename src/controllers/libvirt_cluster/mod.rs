@@ -245,12 +245,27 @@ mod tests {
 
     const INTERVAL: Duration = Duration::from_secs(60);
 
+    /// A fresh object whose endpoint just answered.
+    fn reachable() -> Plan {
+        plan(
+            &LibvirtClusterStatus::default(),
+            None,
+            &probed(Ok(())),
+            &time("2026-01-01T00:00:00Z"),
+            INTERVAL,
+        )
+    }
+
+    fn probed(result: Result<(), String>) -> Observation {
+        Observation::Probed {
+            endpoint: "api:6443".into(),
+            result,
+        }
+    }
+
     #[test]
     fn reachable_endpoint_provisions_and_requeues_at_the_interval() {
-        let obs = Observation::Probed {
-            endpoint: "api:6443".into(),
-            result: Ok(()),
-        };
+        let obs = probed(Ok(()));
         let p = plan(
             &LibvirtClusterStatus::default(),
             Some(3),
@@ -267,23 +282,11 @@ mod tests {
 
     #[test]
     fn unreachable_endpoint_reports_why_but_keeps_provisioned_latched() {
-        let up = plan(
-            &LibvirtClusterStatus::default(),
-            None,
-            &Observation::Probed {
-                endpoint: "api:6443".into(),
-                result: Ok(()),
-            },
-            &time("2026-01-01T00:00:00Z"),
-            INTERVAL,
-        );
+        let up = reachable();
         let down = plan(
             &up.status,
             None,
-            &Observation::Probed {
-                endpoint: "api:6443".into(),
-                result: Err("cannot connect to api:6443: refused".into()),
-            },
+            &probed(Err("cannot connect to api:6443: refused".into())),
             &time("2026-01-01T00:01:00Z"),
             INTERVAL,
         );
@@ -343,16 +346,7 @@ mod tests {
 
     #[test]
     fn paused_sets_only_the_paused_condition_and_stops_probing() {
-        let up = plan(
-            &LibvirtClusterStatus::default(),
-            None,
-            &Observation::Probed {
-                endpoint: "api:6443".into(),
-                result: Ok(()),
-            },
-            &time("2026-01-01T00:00:00Z"),
-            INTERVAL,
-        );
+        let up = reachable();
         let paused = plan(
             &up.status,
             None,

@@ -213,10 +213,11 @@ pub fn domain(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn machine(extra: serde_json::Value) -> LibvirtMachine {
+    /// The seed's machine, with `extra` merged over it.
+    pub(in crate::controllers::libvirt_machine) fn machine(extra: serde_json::Value) -> LibvirtMachine {
         let mut v = serde_json::json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
             "kind": "LibvirtMachine",

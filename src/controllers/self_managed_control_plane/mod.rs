@@ -48,7 +48,7 @@ use k8s_openapi::{
 };
 use kube::{
     Resource, ResourceExt,
-    api::{Api, DynamicObject, PartialObjectMeta, Patch, PatchParams, PostParams},
+    api::{Api, DynamicObject, PartialObjectMeta, PostParams},
     runtime::{
         controller::{Action, Controller},
         events::EventType,
@@ -69,7 +69,7 @@ use crate::{
         self_managed_control_plane::{Reason, SelfManagedControlPlane},
     },
     app::health::Readiness,
-    reconcile::{ApiError, Context, condition_events, drive_cached, error::get_opt, owner, write_status},
+    reconcile::{ApiError, Context, apply_secret, condition_events, drive_cached, error::get_opt, owner, write_status},
 };
 
 /// Controller name in metrics, logs and readiness.
@@ -270,15 +270,7 @@ async fn maintain(
     };
     if write {
         let body = plan::secret(obj, &cluster, &access, &lease);
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
-        secrets
-            .patch(
-                &secret,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map_err(ApiError::write(format!("Secret {secret:?}")))?;
+        apply_secret(ctx, &obj.namespace().unwrap_or_default(), &secret, FIELD_MANAGER, &body).await?;
         tracing::info!(secret = %secret, minted, "kubeconfig Secret written");
     }
     Ok((Outcome::Maintained { secret, access, lease }, minted))

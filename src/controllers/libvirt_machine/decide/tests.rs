@@ -31,22 +31,14 @@ use crate::{
 const INTERVAL: Duration = Duration::from_secs(60);
 const IGNITION: &str = r#"{"ignition":{"version":"3.4.0"}}"#;
 
+/// The seed's machine as `worker-1`, sized and pooled for [`fake_host`], with `extra` over it.
 fn machine(extra: serde_json::Value) -> LibvirtMachine {
     let mut v = json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
-        "kind": "LibvirtMachine",
-        "metadata": {"name": "worker-1", "namespace": "default", "generation": 1,
-                     "uid": "3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b"},
-        "spec": {
-            "hostRef": {"name": "laptop"},
-            "domain": {"vcpus": 2, "memoryMB": 4096},
-            "rootDisk": {"baseImage": "rhcos.qcow2", "storagePool": "pool1", "size": "20Gi"},
-            "network": {"type": "network", "name": "default", "addresses": ["192.168.122.100/24"],
-                        "gateway": "192.168.122.1"}
-        }
+        "metadata": {"name": "worker-1", "generation": 1},
+        "spec": {"domain": {"vcpus": 2, "memoryMB": 4096}, "rootDisk": {"storagePool": "pool1"}}
     });
     json_patch::merge(&mut v, &extra);
-    serde_json::from_value(v).unwrap()
+    plan::tests::machine(v)
 }
 
 fn claimed(extra: serde_json::Value) -> LibvirtMachine {
