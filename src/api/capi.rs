@@ -292,65 +292,62 @@ pub fn control_plane_ref(
     }
 }
 
-/// The parts of a v1beta1 `Machine` spec the manager reads.
+/// The parts of a `Machine` spec the manager reads; `R` is the version's object reference
+/// (v1beta1 `ObjectReference`, v1beta2 `ContractVersionedObjectReference`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MachineSpecV1beta1 {
+pub struct MachineSpec<R> {
     /// Cluster the machine belongs to.
     #[serde(default)]
     pub cluster_name: String,
     /// Bootstrap configuration.
     #[serde(default)]
-    pub bootstrap: BootstrapV1beta1,
+    pub bootstrap: Bootstrap<R>,
     /// The InfraMachine.
     #[serde(default)]
-    pub infrastructure_ref: ObjectReferenceV1beta1,
+    pub infrastructure_ref: R,
     /// Provider ID copied from the InfraMachine.
     #[serde(default, rename = "providerID")]
     pub provider_id: Option<String>,
 }
 
-/// v1beta1 Machine bootstrap block.
-#[derive(Clone, Debug, Default, Deserialize)]
+/// A Machine's bootstrap block.
+#[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct BootstrapV1beta1 {
+pub struct Bootstrap<R> {
     /// The bootstrap config object.
     #[serde(default)]
-    pub config_ref: Option<ObjectReferenceV1beta1>,
+    pub config_ref: Option<R>,
     /// The bootstrap data Secret, once known.
     #[serde(default)]
     pub data_secret_name: Option<String>,
 }
 
-/// The parts of a v1beta2 `Machine` spec the manager reads.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MachineSpecV1beta2 {
-    /// Cluster the machine belongs to.
-    #[serde(default)]
-    pub cluster_name: String,
-    /// Bootstrap configuration.
-    #[serde(default)]
-    pub bootstrap: BootstrapV1beta2,
-    /// The InfraMachine.
-    #[serde(default)]
-    pub infrastructure_ref: ObjectReferenceV1beta2,
-    /// Provider ID copied from the InfraMachine.
-    #[serde(default, rename = "providerID")]
-    pub provider_id: Option<String>,
+impl<R> Default for Bootstrap<R> {
+    fn default() -> Self {
+        Self {
+            config_ref: None,
+            data_secret_name: None,
+        }
+    }
 }
 
-/// v1beta2 Machine bootstrap block.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BootstrapV1beta2 {
-    /// The bootstrap config object.
-    #[serde(default)]
-    pub config_ref: Option<ObjectReferenceV1beta2>,
-    /// The bootstrap data Secret, once known.
-    #[serde(default)]
-    pub data_secret_name: Option<String>,
+impl<R: Into<ContractRef>> MachineSpec<R> {
+    /// The version-independent parts: cluster, bootstrap config, data Secret, InfraMachine,
+    /// provider ID.
+    fn into_parts(self) -> MachineParts {
+        (
+            self.cluster_name,
+            self.bootstrap.config_ref.map(Into::into),
+            self.bootstrap.data_secret_name,
+            self.infrastructure_ref.into(),
+            self.provider_id,
+        )
+    }
 }
+
+/// What [`MachineSpec::into_parts`] gives.
+type MachineParts = (String, Option<ContractRef>, Option<String>, ContractRef, Option<String>);
 
 /// The parts of a Machine's status the manager reads; the same field names in both versions
 /// except `nodeRef`, which keeps at least `name` in both.
@@ -410,24 +407,10 @@ impl MachineView {
             .unwrap_or_default();
         let (cluster_name, bootstrap_config_ref, data_secret_name, infrastructure_ref, provider_id) = match version {
             CapiVersion::V1beta1 => {
-                let spec: MachineSpecV1beta1 = spec_of(obj, "Machine", version)?;
-                (
-                    spec.cluster_name,
-                    spec.bootstrap.config_ref.map(Into::into),
-                    spec.bootstrap.data_secret_name,
-                    spec.infrastructure_ref.into(),
-                    spec.provider_id,
-                )
+                spec_of::<MachineSpec<ObjectReferenceV1beta1>>(obj, "Machine", version)?.into_parts()
             }
             CapiVersion::V1beta2 => {
-                let spec: MachineSpecV1beta2 = spec_of(obj, "Machine", version)?;
-                (
-                    spec.cluster_name,
-                    spec.bootstrap.config_ref.map(Into::into),
-                    spec.bootstrap.data_secret_name,
-                    spec.infrastructure_ref.into(),
-                    spec.provider_id,
-                )
+                spec_of::<MachineSpec<ObjectReferenceV1beta2>>(obj, "Machine", version)?.into_parts()
             }
         };
         Ok(Self {

@@ -123,74 +123,44 @@ mod readme_tests {
             .nth(1)
             .and_then(|s| s.split("\n## ").next())
             .expect("README has a Conditions and reasons section");
-        let none = BTreeSet::new;
-        let expected: Vec<(&str, BTreeSet<String>, BTreeSet<String>)> = vec![
+        // The wire names of a set declared with `condition_names!`.
+        macro_rules! set {
+            ($t:ty) => {
+                names(<$t>::ALL, <$t>::as_str)
+            };
+        }
+        let expected = [
             (
                 "LibvirtCluster",
-                names(
-                    libvirt_cluster::ClusterCondition::ALL,
-                    libvirt_cluster::ClusterCondition::as_str,
-                ),
-                names(libvirt_cluster::Reason::ALL, libvirt_cluster::Reason::as_str),
+                set!(libvirt_cluster::ClusterCondition),
+                set!(libvirt_cluster::Reason),
             ),
             (
                 "LibvirtHost",
-                names(libvirt_host::HostCondition::ALL, libvirt_host::HostCondition::as_str),
-                names(libvirt_host::HostReason::ALL, libvirt_host::HostReason::as_str),
+                set!(libvirt_host::HostCondition),
+                set!(libvirt_host::HostReason),
             ),
             (
                 "LibvirtMachine",
-                names(
-                    libvirt_machine::MachineCondition::ALL,
-                    libvirt_machine::MachineCondition::as_str,
-                ),
-                names(
-                    libvirt_machine::MachineReason::ALL,
-                    libvirt_machine::MachineReason::as_str,
-                ),
+                set!(libvirt_machine::MachineCondition),
+                set!(libvirt_machine::MachineReason),
             ),
             (
                 "IgnitionConfig",
-                names(
-                    ignition_config::ConfigCondition::ALL,
-                    ignition_config::ConfigCondition::as_str,
-                ),
-                names(
-                    ignition_config::ConfigReason::ALL,
-                    ignition_config::ConfigReason::as_str,
-                ),
+                set!(ignition_config::ConfigCondition),
+                set!(ignition_config::ConfigReason),
             ),
-            (
-                "Ignition",
-                none(),
-                names(crate::ignition::Reason::ALL, crate::ignition::Reason::as_str),
-            ),
+            ("Ignition", BTreeSet::new(), set!(crate::ignition::Reason)),
             (
                 "ScheduledMachine",
-                names(
-                    scheduled_machine::ScheduledCondition::ALL,
-                    scheduled_machine::ScheduledCondition::as_str,
-                ),
-                names(
-                    scheduled_machine::ScheduledReason::ALL,
-                    scheduled_machine::ScheduledReason::as_str,
-                ),
+                set!(scheduled_machine::ScheduledCondition),
+                set!(scheduled_machine::ScheduledReason),
             ),
-            (
-                "schedule",
-                none(),
-                names(crate::schedule::Reason::ALL, crate::schedule::Reason::as_str),
-            ),
+            ("schedule", BTreeSet::new(), set!(crate::schedule::Reason)),
             (
                 "SelfManagedControlPlane",
-                names(
-                    self_managed_control_plane::ControlPlaneCondition::ALL,
-                    self_managed_control_plane::ControlPlaneCondition::as_str,
-                ),
-                names(
-                    self_managed_control_plane::Reason::ALL,
-                    self_managed_control_plane::Reason::as_str,
-                ),
+                set!(self_managed_control_plane::ControlPlaneCondition),
+                set!(self_managed_control_plane::Reason),
             ),
         ];
         let rows: Vec<Vec<&str>> = section
