@@ -23,7 +23,7 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::reconcile::{ApiError, Context, drive_cached, publish_event};
+use crate::reconcile::{ApiError, Context, drive_cached, publish_event, refs_where};
 use crate::{
     api::{common::MachineAddressType, libvirt_machine::LibvirtMachine},
     app::health::Readiness,
@@ -170,11 +170,9 @@ async fn apply(csr: &CertificateSigningRequest, state: &State) -> Result<Action,
 
 /// The undecided CSRs naming `node`.
 fn csrs_for(csrs: &Store<CertificateSigningRequest>, node: &str) -> Vec<ObjectRef<CertificateSigningRequest>> {
-    csrs.state()
-        .iter()
-        .filter(|c| !decided(c) && kubelet_csr::node_name(&request(c)).as_deref() == Some(node))
-        .map(|c| ObjectRef::from_obj(c.as_ref()))
-        .collect()
+    refs_where(csrs, |c| {
+        !decided(c) && kubelet_csr::node_name(&request(c)).as_deref() == Some(node)
+    })
 }
 
 /// Run the approver until `shutdown` is cancelled. `machines` is the LibvirtMachine cache.

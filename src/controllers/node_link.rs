@@ -22,7 +22,7 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::reconcile::{ApiError, Context, drive_cached, publish_event};
+use crate::reconcile::{ApiError, Context, drive_cached, publish_event, refs_where};
 use crate::{api::libvirt_machine::LibvirtMachine, app::health::Readiness};
 
 /// Controller name in metrics and logs.
@@ -138,12 +138,9 @@ async fn apply(machine: &LibvirtMachine, ctx: &Context) -> Result<Action, Error>
 }
 
 fn machines_for_node(store: &Store<LibvirtMachine>, node: &str) -> Vec<ObjectRef<LibvirtMachine>> {
-    store
-        .state()
-        .iter()
-        .filter(|m| m.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-        .map(|m| ObjectRef::from_obj(m.as_ref()))
-        .collect()
+    refs_where(store, |m| {
+        m.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+    })
 }
 
 /// Run the controller until `shutdown` is cancelled.

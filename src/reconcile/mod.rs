@@ -182,6 +182,24 @@ impl Context {
     }
 }
 
+/// The cached objects `keep` selects, as the references a watch mapper returns.
+pub fn refs_where<K>(store: &Store<K>, keep: impl Fn(&K) -> bool) -> Vec<kube::runtime::reflector::ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .iter()
+        .filter(|obj| keep(obj))
+        .map(|obj| kube::runtime::reflector::ObjectRef::from_obj(obj.as_ref()))
+        .collect()
+}
+
+/// Whether `obj` lives in `namespace`.
+pub fn in_namespace(obj: &impl Resource, namespace: &str) -> bool {
+    obj.meta().namespace.as_deref() == Some(namespace)
+}
+
 /// Wait until `store` has its first full list; false if its writer went away first.
 ///
 /// `Store::wait_until_ready` wakes only the most recent of several concurrent waiters (the

@@ -82,7 +82,10 @@ use crate::{
         ignition_config::{ConfigCondition, ConfigReason, IgnitionConfig, IgnitionConfigStatus},
     },
     app::health::Readiness,
-    reconcile::{ApiError, Context, apply_secret, condition_events, drive_cached, error::get_opt, owner, write_status},
+    reconcile::{
+        ApiError, Context, apply_secret, condition_events, drive_cached, error::get_opt, in_namespace, owner,
+        refs_where, write_status,
+    },
 };
 
 /// Controller name in metrics, logs and readiness.
@@ -187,13 +190,9 @@ fn announces_creation(before: &IgnitionConfigStatus, after: &IgnitionConfigStatu
 /// The IgnitionConfigs a Secret concerns: those reading it, and the one it is (or would be)
 /// the data Secret of.
 fn configs_for_secret(store: &Store<IgnitionConfig>, namespace: &str, name: &str) -> Vec<ObjectRef<IgnitionConfig>> {
-    store
-        .state()
-        .iter()
-        .filter(|c| c.namespace().as_deref() == Some(namespace))
-        .filter(|c| c.spec.secret_ref.name == name || c.name_any() == name)
-        .map(|c| ObjectRef::from_obj(c.as_ref()))
-        .collect()
+    refs_where(store, |c| {
+        in_namespace(c, namespace) && (c.spec.secret_ref.name == name || c.name_any() == name)
+    })
 }
 
 /// The IgnitionConfigs labelled with a Cluster's name.
@@ -202,13 +201,9 @@ fn configs_for_cluster(
     namespace: &str,
     cluster: &str,
 ) -> Vec<ObjectRef<IgnitionConfig>> {
-    store
-        .state()
-        .iter()
-        .filter(|c| c.namespace().as_deref() == Some(namespace))
-        .filter(|c| c.labels().get(CLUSTER_NAME_LABEL).map(String::as_str) == Some(cluster))
-        .map(|c| ObjectRef::from_obj(c.as_ref()))
-        .collect()
+    refs_where(store, |c| {
+        in_namespace(c, namespace) && c.labels().get(CLUSTER_NAME_LABEL).map(String::as_str) == Some(cluster)
+    })
 }
 
 /// Run the controller until `shutdown` is cancelled.

@@ -43,7 +43,7 @@ use crate::reconcile::{
     ApiError, Context,
     host_connections::{HostCall, HostConnections, HostId, SecretReadError, host_id},
     placement::{self, Placement, Resources},
-    write_status,
+    refs_where, write_status,
 };
 use crate::{
     api::{
@@ -252,17 +252,12 @@ async fn reconcile(host: Arc<LibvirtHost>, state: Arc<State>) -> Result<Action, 
 
 /// The hosts whose `secretRef` names this Secret.
 fn hosts_for_secret(store: &Store<LibvirtHost>, namespace: &str, name: &str) -> Vec<ObjectRef<LibvirtHost>> {
-    store
-        .state()
-        .iter()
-        .filter(|h| {
-            h.spec.secret_ref.as_ref().is_some_and(|r| {
-                let host_ns = h.namespace().unwrap_or_default();
-                r.name == name && r.namespace.as_deref().unwrap_or(&host_ns) == namespace
-            })
+    refs_where(store, |h| {
+        h.spec.secret_ref.as_ref().is_some_and(|r| {
+            let host_ns = h.namespace().unwrap_or_default();
+            r.name == name && r.namespace.as_deref().unwrap_or(&host_ns) == namespace
         })
-        .map(|h| ObjectRef::from_obj(h.as_ref()))
-        .collect()
+    })
 }
 
 /// Run the controller until `shutdown` is cancelled.

@@ -64,8 +64,9 @@ use crate::{
     reconcile::{
         ApiError, Context, drive_cached,
         host_connections::{HostConnections, SecretReadError},
+        in_namespace,
         placement::Placement,
-        write_status,
+        refs_where, write_status,
     },
 };
 
@@ -171,25 +172,14 @@ async fn publish(machine: &LibvirtMachine, state: &State, outcome: Outcome) -> R
 
 /// The machines on host `namespace/name`.
 fn machines_on_host(store: &Store<LibvirtMachine>, namespace: &str, name: &str) -> Vec<ObjectRef<LibvirtMachine>> {
-    store
-        .state()
-        .iter()
-        .filter(|m| m.spec.host_ref.name == name && m.namespace().as_deref() == Some(namespace))
-        .map(|m| ObjectRef::from_obj(m.as_ref()))
-        .collect()
+    refs_where(store, |m| m.spec.host_ref.name == name && in_namespace(m, namespace))
 }
 
 /// The machines of cluster `namespace/name`.
 fn machines_of_cluster(store: &Store<LibvirtMachine>, namespace: &str, name: &str) -> Vec<ObjectRef<LibvirtMachine>> {
-    store
-        .state()
-        .iter()
-        .filter(|m| {
-            m.labels().get(CLUSTER_NAME_LABEL).map(String::as_str) == Some(name)
-                && m.namespace().as_deref() == Some(namespace)
-        })
-        .map(|m| ObjectRef::from_obj(m.as_ref()))
-        .collect()
+    refs_where(store, |m| {
+        m.labels().get(CLUSTER_NAME_LABEL).map(String::as_str) == Some(name) && in_namespace(m, namespace)
+    })
 }
 
 /// Run the controller until `shutdown` is cancelled.

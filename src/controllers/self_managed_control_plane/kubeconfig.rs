@@ -152,10 +152,11 @@ pub fn token(value: &[u8]) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn access() -> Access {
+    /// The seed's cluster as the workload ServiceAccount reaches it.
+    pub(in crate::controllers::self_managed_control_plane) fn access() -> Access {
         Access {
             cluster: "spot".into(),
             server: "https://api.spot.labdroid.net:6443".into(),

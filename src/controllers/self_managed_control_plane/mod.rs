@@ -69,7 +69,10 @@ use crate::{
         self_managed_control_plane::{Reason, SelfManagedControlPlane},
     },
     app::health::Readiness,
-    reconcile::{ApiError, Context, apply_secret, condition_events, drive_cached, error::get_opt, owner, write_status},
+    reconcile::{
+        ApiError, Context, apply_secret, condition_events, drive_cached, error::get_opt, in_namespace, owner,
+        refs_where, write_status,
+    },
 };
 
 /// Controller name in metrics, logs and readiness.
@@ -331,13 +334,9 @@ fn for_cluster(
     namespace: &str,
     cluster: &str,
 ) -> Vec<ObjectRef<SelfManagedControlPlane>> {
-    store
-        .state()
-        .iter()
-        .filter(|c| c.namespace().as_deref() == Some(namespace))
-        .filter(|c| cluster_name(c).as_deref() == Some(cluster))
-        .map(|c| ObjectRef::from_obj(c.as_ref()))
-        .collect()
+    refs_where(store, |c| {
+        in_namespace(c, namespace) && cluster_name(c).as_deref() == Some(cluster)
+    })
 }
 
 /// The Cluster a LibvirtCluster belongs to: CAPI's label, else its Cluster owner.

@@ -14,14 +14,7 @@ fn owner() -> SelfManagedControlPlane {
     obj
 }
 
-fn access() -> Access {
-    Access {
-        cluster: "spot".into(),
-        server: "https://api.spot.labdroid.net:6443".into(),
-        ca_pem: Some("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into()),
-        user: "caplv-system/caplv-workload-access".into(),
-    }
-}
+use crate::controllers::self_managed_control_plane::kubeconfig::tests::access;
 
 fn lease() -> Lease {
     Lease {
