@@ -14,6 +14,7 @@ pub mod ignition_config;
 pub mod libvirt_cluster;
 pub mod libvirt_host;
 pub mod libvirt_machine;
+pub mod node_taint;
 pub mod scheduled_machine;
 pub mod self_managed_control_plane;
 

@@ -86,6 +86,14 @@ pub struct ScheduledMachineSpec {
     /// Remove the machine at once, without draining, and keep it removed while true.
     #[serde(default)]
     pub kill_switch: bool,
+    /// Taints put on the Node once it is Ready, and kept there: one someone removes comes
+    /// back, and one dropped from this list is taken off. Taints others put on the Node are
+    /// never touched; those this list owns are recorded in the Node's
+    /// `5spot.finos.org/owned-taints` annotation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self.all(t, self.exists_one(u, u.key == t.key && u.effect == t.effect))").message("each key and effect pair may appear once"))]
+    pub node_taints: Vec<super::node_taint::NodeTaint>,
 }
 
 fn default_priority() -> i32 {
@@ -321,6 +329,8 @@ crate::condition_names! {
         InvalidBootstrapSource,
         /// `ScheduleValid`: a label only the controller may set.
         ReservedLabel,
+        /// `ScheduleValid`: a node taint with a reserved key prefix, or listed twice.
+        InvalidNodeTaint,
         /// `MachineReady`: no Machine exists.
         NoMachine,
         /// `MachineReady`: the Machine is being deleted.

@@ -215,7 +215,7 @@ pub const FIVESPOT: &[Rule] = &[
         &[""],
         &["nodes"],
         &["get", "list", "watch", "patch"],
-        "cordon (and uncordon) the worker's Node",
+        "cordon (and uncordon) the worker's Node and keep its spec.nodeTaints",
     ),
     rule(&[""], &["pods"], &["list"], "find the Pods to evict when draining"),
     rule(

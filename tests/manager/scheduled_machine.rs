@@ -582,3 +582,91 @@ async fn a_v1beta2_only_capi_gets_v1beta2_machines() {
     wait_running(&env, "w11").await;
     env.stop().await;
 }
+
+/// The taints on Node `name`, as `key=value:Effect`.
+async fn node_taints(env: &Env, name: &str) -> Vec<String> {
+    let node = Api::<Node>::all(env.client.clone()).get(name).await.unwrap();
+    node.spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| format!("{}={}:{}", t.key, t.value.unwrap_or_default(), t.effect))
+        .collect()
+}
+
+#[tokio::test]
+async fn node_taints_are_applied_kept_and_removed_without_touching_others() {
+    const OURS: &str = "spot.example.com/ephemeral=true:NoSchedule";
+    const THEIRS: &str = "team.example.com/gpu=:NoExecute";
+    let env = Env::start().await;
+    let _endpoint = cluster(&env, "v1beta1").await;
+    env.clock.set(at(MIDDAY));
+    let taint = json!({"key": "spot.example.com/ephemeral", "value": "true", "effect": "NoSchedule"});
+    scheduled_machine(&env, "w6", json!({"nodeTaints": [taint]})).await;
+    wait_phase(&env, "w6", Phase::Active).await;
+    provision(&env, "w6").await;
+    wait_running(&env, "w6").await;
+    wait_until("the spec's taint on the Node", || async {
+        node_taints(&env, "w6").await.contains(&OURS.to_owned())
+    })
+    .await;
+    let nodes = Api::<Node>::all(env.client.clone());
+    let annotations = nodes.get("w6").await.unwrap().metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.get("5spot.finos.org/owned-taints").map(String::as_str),
+        Some("spot.example.com/ephemeral:NoSchedule")
+    );
+
+    // An administrator replaces the taints: ours gone, one of theirs added.
+    let theirs = json!({"key": "team.example.com/gpu", "effect": "NoExecute"});
+    nodes
+        .patch(
+            "w6",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": [theirs]}})),
+        )
+        .await
+        .unwrap();
+    wait_until("our taint back beside theirs", || async {
+        let taints = node_taints(&env, "w6").await;
+        taints.contains(&OURS.to_owned()) && taints.contains(&THEIRS.to_owned())
+    })
+    .await;
+
+    // Dropped from the spec: ours goes, theirs stays.
+    sms(&env)
+        .patch(
+            "w6",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeTaints": null}})),
+        )
+        .await
+        .unwrap();
+    wait_until("our taint removed", || async {
+        node_taints(&env, "w6").await == [THEIRS.to_owned()]
+    })
+    .await;
+    let annotations = nodes.get("w6").await.unwrap().metadata.annotations.unwrap_or_default();
+    assert!(!annotations.contains_key("5spot.finos.org/owned-taints"));
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_reserved_taint_key_is_refused_naming_it() {
+    let env = Env::start().await;
+    let _endpoint = cluster(&env, "v1beta1").await;
+    let mut sm: serde_json::Value =
+        serde_yaml::from_str(include_str!("../../examples/seed/05-scheduledmachine.yaml")).unwrap();
+    sm["metadata"]["name"] = json!("w7");
+    sm["spec"]["nodeTaints"] = json!([{"key": "node-role.kubernetes.io/infra", "effect": "NoSchedule"}]);
+    let err = sms(&env)
+        .create(&PostParams::default(), &serde_json::from_value(sm).unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("key node-role.kubernetes.io/infra uses a reserved prefix"),
+        "{err}"
+    );
+    env.stop().await;
+}

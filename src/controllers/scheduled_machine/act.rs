@@ -8,7 +8,10 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-use super::{CORDONED_BY_ANNOTATION, Error, objects, observe};
+use super::{
+    CORDONED_BY_ANNOTATION, Error, objects, observe,
+    taints::{self, TaintUpdate},
+};
 use crate::{
     api::{ScheduledMachine, scheduled_machine::CreatedObjectReference},
     reconcile::{ApiError, Context},
@@ -127,6 +130,31 @@ async fn cordon(ctx: &Context, node: &str, owner: &str, unschedulable: bool) -> 
         Ok(_) => Ok(()),
         Err(err) if is_status(&err, 404) => Ok(()),
         Err(source) => Err(ApiError::write("Node")(source).into()),
+    }
+}
+
+/// Write the Node's taints and the list of those we own, guarded by the `resourceVersion` read
+/// (the kubelet and the node lifecycle controller change taints too: a conflict is retried).
+pub async fn set_taints(
+    ctx: &Context,
+    node: &str,
+    resource_version: Option<&str>,
+    update: &TaintUpdate,
+) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let owned = taints::format_owned(&update.owned);
+    let annotation = if owned.is_empty() { Value::Null } else { json!(owned) };
+    let patch = json!({
+        "metadata": {
+            "annotations": {taints::OWNED_TAINTS_ANNOTATION: annotation},
+            "resourceVersion": resource_version,
+        },
+        "spec": {"taints": update.taints},
+    });
+    match nodes.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await {
+        Ok(_) => Ok(()),
+        Err(err) if is_status(&err, 404) => Ok(()),
+        Err(source) => Err(ApiError::write(format!("the taints of Node {node}"))(source).into()),
     }
 }
 

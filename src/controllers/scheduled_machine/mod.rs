@@ -12,6 +12,7 @@ mod gate;
 pub mod objects;
 mod observe;
 pub mod plan;
+pub mod taints;
 
 use std::{
     collections::HashMap,
@@ -203,6 +204,11 @@ async fn act(sm: &ScheduledMachine, ctx: &Context, decision: &Decision) -> Resul
         Action::None => Ok(()),
         Action::Create => act::create(sm, ctx).await,
         Action::Uncordon { node } => act::uncordon(sm, ctx, node).await,
+        Action::SetTaints {
+            node,
+            resource_version,
+            update,
+        } => act::set_taints(ctx, node, resource_version.as_deref(), update).await,
         Action::Drain { node } => act::drain(sm, ctx, node).await,
         Action::DeleteMachine { skip_drain } => act::delete_machine(sm, ctx, *skip_drain).await,
         Action::DeleteLeftovers => act::delete_leftovers(sm, ctx).await,

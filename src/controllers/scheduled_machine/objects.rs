@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::api::{
     CLUSTER_NAME_LABEL,
     capi::{self, CapiVersion},
+    node_taint::NodeTaint,
     scheduled_machine::{CreatedObjectReference, ScheduledMachineSpec, ScheduledReason},
 };
 
@@ -42,6 +43,26 @@ pub enum SpecError {
     /// A label that only the controller may set appears in `machineTemplate.labels`.
     #[error("spec.machineTemplate.labels[{0}]: reserved for the controller")]
     ReservedLabel(String),
+    /// A taint key under a prefix Kubernetes or this project reserves.
+    #[error("spec.nodeTaints[{index}].key: {key:?} uses the reserved prefix {prefix:?}")]
+    ReservedTaintKey {
+        /// Position in the list.
+        index: usize,
+        /// The key.
+        key: String,
+        /// The prefix it uses.
+        prefix: &'static str,
+    },
+    /// A taint key and effect pair listed twice.
+    #[error("spec.nodeTaints[{index}]: {key:?} with effect {effect} is listed twice")]
+    DuplicateTaint {
+        /// Position of the second entry.
+        index: usize,
+        /// The key.
+        key: String,
+        /// The effect.
+        effect: &'static str,
+    },
 }
 
 impl SpecError {
@@ -52,11 +73,13 @@ impl SpecError {
             Self::WrongGroup { .. } => ScheduledReason::InvalidApiGroup,
             Self::BootstrapSource => ScheduledReason::InvalidBootstrapSource,
             Self::ReservedLabel(_) => ScheduledReason::ReservedLabel,
+            Self::ReservedTaintKey { .. } | Self::DuplicateTaint { .. } => ScheduledReason::InvalidNodeTaint,
         }
     }
 }
 
-/// Check what the CRD schema cannot: groups, the bootstrap either/or, reserved labels.
+/// Check what the CRD schema cannot (or, for taints, what an API server without CEL would
+/// not): groups, the bootstrap either/or, reserved labels, reserved and repeated taints.
 ///
 /// # Errors
 /// The first problem found.
@@ -74,6 +97,29 @@ pub fn validate(spec: &ScheduledMachineSpec) -> Result<(), SpecError> {
     for key in spec.machine_template.labels.keys() {
         if key == CLUSTER_NAME_LABEL || key == SCHEDULED_MACHINE_LABEL || key == PRIORITY_LABEL {
             return Err(SpecError::ReservedLabel(key.clone()));
+        }
+    }
+    check_taints(&spec.node_taints)
+}
+
+fn check_taints(taints: &[NodeTaint]) -> Result<(), SpecError> {
+    for (index, taint) in taints.iter().enumerate() {
+        if let Some(prefix) = taint.reserved_prefix() {
+            return Err(SpecError::ReservedTaintKey {
+                index,
+                key: taint.key.clone(),
+                prefix,
+            });
+        }
+        if taints[..index]
+            .iter()
+            .any(|t| t.key == taint.key && t.effect == taint.effect)
+        {
+            return Err(SpecError::DuplicateTaint {
+                index,
+                key: taint.key.clone(),
+                effect: taint.effect.as_str(),
+            });
         }
     }
     Ok(())
@@ -256,6 +302,40 @@ mod tests {
             .labels
             .insert(SCHEDULED_MACHINE_LABEL.into(), "x".into());
         assert_eq!(validate(&spec).unwrap_err().reason().as_str(), "ReservedLabel");
+    }
+
+    #[test]
+    fn reserved_and_repeated_taints_are_refused_naming_the_key() {
+        use crate::api::node_taint::TaintEffect;
+        let taint = |key: &str, effect| NodeTaint {
+            key: key.into(),
+            value: None,
+            effect,
+        };
+        let mut spec = seed();
+        spec.node_taints = vec![
+            taint("spot.example.com/ephemeral", TaintEffect::NoSchedule),
+            taint("node-role.kubernetes.io/infra", TaintEffect::NoSchedule),
+        ];
+        let err = validate(&spec).unwrap_err();
+        assert_eq!(err.reason().as_str(), "InvalidNodeTaint");
+        assert_eq!(
+            err.to_string(),
+            r#"spec.nodeTaints[1].key: "node-role.kubernetes.io/infra" uses the reserved prefix "node-role.kubernetes.io/""#
+        );
+        spec.node_taints = vec![
+            taint("a", TaintEffect::NoSchedule),
+            taint("a", TaintEffect::NoExecute),
+            taint("a", TaintEffect::NoSchedule),
+        ];
+        assert!(
+            validate(&spec)
+                .unwrap_err()
+                .to_string()
+                .starts_with("spec.nodeTaints[2]: ")
+        );
+        spec.node_taints.pop();
+        assert_eq!(validate(&spec), Ok(()), "same key, other effect is fine");
     }
 
     #[test]

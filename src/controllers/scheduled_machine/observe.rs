@@ -12,6 +12,7 @@ use super::{
     CORDONED_BY_ANNOTATION, Error,
     objects::{self, SCHEDULED_MACHINE_LABEL},
     plan::{MachineSeen, NodeSeen, Observed, Validity},
+    taints,
 };
 use crate::{
     api::{
@@ -108,6 +109,7 @@ pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<Dyna
         bootstrap_exists,
         infrastructure_exists,
         node,
+        node_taints: sm.spec.node_taints.clone(),
     })
 }
 
@@ -179,8 +181,21 @@ async fn node_seen(
     } else {
         evictable_pods(ctx, node_name).await?.len()
     };
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     Ok(Some(NodeSeen {
         name: node_name.to_owned(),
+        owned_taints: taints::parse_owned(
+            node.annotations()
+                .get(taints::OWNED_TAINTS_ANNOTATION)
+                .map(String::as_str),
+        ),
+        resource_version: node.resource_version(),
+        taints: node.spec.and_then(|s| s.taints).unwrap_or_default(),
+        ready,
         cordoned,
         cordoned_by_us,
         pods_to_evict,

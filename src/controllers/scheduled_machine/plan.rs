@@ -11,14 +11,18 @@
 //!
 //! No phase is sticky: each reconcile derives the phase from the spec and the world.
 
-use std::time::Duration;
+use std::{collections::BTreeSet, time::Duration};
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use k8s_openapi::{api::core::v1::Taint, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 
-use super::objects::CreatedRefs;
+use super::{
+    objects::CreatedRefs,
+    taints::{self, TaintId, TaintUpdate},
+};
 use crate::api::{
     condition::{self, DesiredCondition, Status},
+    node_taint::NodeTaint,
     scheduled_machine::{NodeReference, Phase, Reason, ScheduledCondition, ScheduledMachineStatus, ScheduledReason},
 };
 
@@ -69,10 +73,18 @@ pub struct MachineSeen {
 }
 
 /// The Machine's Node as observed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeSeen {
     /// Node name.
     pub name: String,
+    /// Its `resourceVersion`, which guards the taint write.
+    pub resource_version: Option<String>,
+    /// Whether its `Ready` condition is True.
+    pub ready: bool,
+    /// Its taints.
+    pub taints: Vec<Taint>,
+    /// The taints it says we own ([`super::taints::OWNED_TAINTS_ANNOTATION`]).
+    pub owned_taints: BTreeSet<TaintId>,
     /// `spec.unschedulable`.
     pub cordoned: bool,
     /// Whether we cordoned it (so only we uncordon it).
@@ -82,7 +94,7 @@ pub struct NodeSeen {
 }
 
 /// Everything observed for one reconcile.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Observed {
     /// The instant of this reconcile (from the injected clock).
     pub now: DateTime<Utc>,
@@ -106,10 +118,12 @@ pub struct Observed {
     pub infrastructure_exists: bool,
     /// The Machine's Node, if linked and present.
     pub node: Option<NodeSeen>,
+    /// `spec.nodeTaints`.
+    pub node_taints: Vec<NodeTaint>,
 }
 
 /// What to do in this reconcile.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Action {
     /// Nothing; wait.
     None,
@@ -119,6 +133,15 @@ pub enum Action {
     Uncordon {
         /// Node name.
         node: String,
+    },
+    /// Bring the Ready Node's taints to `spec.nodeTaints`.
+    SetTaints {
+        /// Node name.
+        node: String,
+        /// Its `resourceVersion` when read.
+        resource_version: Option<String>,
+        /// What to write.
+        update: TaintUpdate,
     },
     /// Cordon the Node and evict what can be evicted.
     Drain {
@@ -190,6 +213,18 @@ fn open_step(seen: &Observed) -> Step {
                 },
                 "window reopened during shutdown; keeping the Machine".to_owned(),
             ),
+            Some(node) if node.ready => match taints::reconcile(&node.taints, &node.owned_taints, &seen.node_taints) {
+                Some(update) => (
+                    Phase::Active,
+                    Action::SetTaints {
+                        node: node.name.clone(),
+                        resource_version: node.resource_version.clone(),
+                        update,
+                    },
+                    "window open; applying spec.nodeTaints to the Node".to_owned(),
+                ),
+                None => (Phase::Active, Action::None, "window open; Machine exists".to_owned()),
+            },
             _ => (Phase::Active, Action::None, "window open; Machine exists".to_owned()),
         },
     }

@@ -33,6 +33,7 @@ fn observed(active: bool) -> Observed {
         bootstrap_exists: false,
         infrastructure_exists: false,
         node: None,
+        node_taints: Vec::new(),
     }
 }
 
@@ -50,9 +51,11 @@ fn with_machine(mut o: Observed, phase: &str) -> Observed {
 fn node(pods: usize, cordoned: bool, by_us: bool) -> Option<NodeSeen> {
     Some(NodeSeen {
         name: "w".into(),
+        ready: true,
         cordoned,
         cordoned_by_us: by_us,
         pods_to_evict: pods,
+        ..NodeSeen::default()
     })
 }
 
@@ -291,4 +294,45 @@ fn the_same_world_twice_gives_the_same_status() {
     later.now = at("2026-12-01T16:30:00Z");
     let second = decide(&first.status, &later);
     assert_eq!(first.status, second.status, "status written only when it changes");
+}
+
+#[test]
+fn a_ready_node_gets_the_spec_taints_and_then_nothing_more() {
+    use crate::api::node_taint::{NodeTaint, TaintEffect};
+    let mut o = with_machine(observed(true), "Running");
+    o.node_taints = vec![NodeTaint {
+        key: "spot.example.com/ephemeral".into(),
+        value: Some("true".into()),
+        effect: TaintEffect::NoSchedule,
+    }];
+    o.node = node(0, false, false);
+    let Action::SetTaints { node: name, update, .. } = decide(&ScheduledMachineStatus::default(), &o).action else {
+        panic!("expected the taints to be written");
+    };
+    assert_eq!(name, "w");
+    assert_eq!(update.taints.len(), 1);
+    assert_eq!(
+        decide(&ScheduledMachineStatus::default(), &o).status.phase,
+        Some(Phase::Active)
+    );
+
+    let mut converged = o.clone();
+    if let Some(n) = converged.node.as_mut() {
+        n.taints = update.taints.clone();
+        n.owned_taints = update.owned.clone();
+    }
+    assert_eq!(
+        decide(&ScheduledMachineStatus::default(), &converged).action,
+        Action::None
+    );
+
+    let mut not_ready = o;
+    if let Some(n) = not_ready.node.as_mut() {
+        n.ready = false;
+    }
+    assert_eq!(
+        decide(&ScheduledMachineStatus::default(), &not_ready).action,
+        Action::None,
+        "taints wait for a Ready Node"
+    );
 }
