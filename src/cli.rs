@@ -206,6 +206,13 @@ pub struct ScheduleArgs {
     /// IANA time zone the schedule is read in.
     #[arg(long, default_value = "UTC")]
     pub timezone: String,
+    /// An exclusion (the machine is off): a date `2026-12-25`, or `START/END` with each an RFC
+    /// 3339 instant or a date; repeat for several.
+    #[arg(long = "exclude", value_name = "PERIOD")]
+    pub exclude: Vec<String>,
+    /// An inclusion (the machine is on), in the same form as --exclude; repeat for several.
+    #[arg(long = "include", value_name = "PERIOD")]
+    pub include: Vec<String>,
     /// Evaluate at this instant (RFC 3339) instead of now.
     #[arg(long, value_name = "RFC3339")]
     pub at: Option<chrono::DateTime<chrono::FixedOffset>>,

@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{common::preserve_unknown_object, condition::Condition};
 
+/// A calendar date, `YYYY-MM-DD`.
+const DATE_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$";
+
 /// A Go-style duration such as `5m`, `90s` or `1h30m`.
 const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
 
@@ -135,6 +138,37 @@ pub struct ScheduleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN))]
     pub duration: Option<String>,
+    /// Periods when the machine is off although the window is open: holidays, freezes. An
+    /// exclusion wins over an inclusion.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128))]
+    pub exclusions: Vec<SchedulePeriod>,
+    /// Extra periods when the machine is on although the window is closed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128))]
+    pub inclusions: Vec<SchedulePeriod>,
+}
+
+/// A period in the schedule's time zone: one whole day (`date`), or `start` to `end`. Each of
+/// `start` and `end` is an RFC 3339 instant or a date; a date as `start` means the start of that
+/// day, as `end` the end of it, so `{start: 2026-12-24, end: 2026-12-26}` covers three days.
+#[derive(KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("has(self.date) != (has(self.start) || has(self.end))").message("set either date, or start with end"))]
+#[x_kube(validation = Rule::new("has(self.start) == has(self.end)").message("start and end must be set together"))]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulePeriod {
+    /// A whole day, `YYYY-MM-DD`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DATE_PATTERN))]
+    pub date: Option<String>,
+    /// Where the period begins: RFC 3339 or `YYYY-MM-DD`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 10, max = 35))]
+    pub start: Option<String>,
+    /// Where it ends (exclusive for an instant, inclusive for a date).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 10, max = 35))]
+    pub end: Option<String>,
 }
 
 fn default_enabled() -> bool {

@@ -5,7 +5,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::json;
 
 use crate::{
-    api::scheduled_machine::ScheduleSpec,
+    api::scheduled_machine::{SchedulePeriod, ScheduleSpec},
     cli::ScheduleArgs,
     schedule::{Schedule, ScheduleError},
 };
@@ -21,6 +21,24 @@ pub fn spec_of(args: &ScheduleArgs) -> ScheduleSpec {
         timezone: args.timezone.clone(),
         cron: args.cron.clone(),
         duration: args.duration.clone(),
+        exclusions: args.exclude.iter().map(|p| period(p)).collect(),
+        inclusions: args.include.iter().map(|p| period(p)).collect(),
+    }
+}
+
+/// `DATE` or `START/END`, as the spec's `{date}` or `{start, end}` (the engine validates them).
+fn period(flag: &str) -> SchedulePeriod {
+    match flag.split_once('/') {
+        Some((start, end)) => SchedulePeriod {
+            date: None,
+            start: Some(start.trim().to_owned()),
+            end: Some(end.trim().to_owned()),
+        },
+        None => SchedulePeriod {
+            date: Some(flag.trim().to_owned()),
+            start: None,
+            end: None,
+        },
     }
 }
 
@@ -47,8 +65,36 @@ mod tests {
             cron: None,
             duration: None,
             timezone: tz.to_owned(),
+            exclude: Vec::new(),
+            include: Vec::new(),
             at: None,
         }
+    }
+
+    #[test]
+    fn exclusions_and_inclusions_change_the_answer() {
+        // Friday 2026-12-25 in New York: the seed's window would be open at 10:00.
+        let mut a = args(&["mon-fri"], &["9-17"], "America/New_York");
+        a.exclude = vec!["2026-12-25".into()];
+        let at = "2026-12-25T15:00:00Z".parse().unwrap();
+        assert_eq!(
+            answer(&a, at).unwrap(),
+            r#"{"active":false,"nextTransition":"2026-12-28T14:00:00Z"}"#,
+            "off for the day, back on Monday"
+        );
+        // Saturday 2026-12-26 10:00-12:00 local, as an extra window.
+        let mut a = args(&["mon-fri"], &["9-17"], "America/New_York");
+        a.include = vec!["2026-12-26T10:00:00-05:00/2026-12-26T12:00:00-05:00".into()];
+        assert_eq!(
+            answer(&a, "2026-12-26T15:30:00Z".parse().unwrap()).unwrap(),
+            r#"{"active":true,"nextTransition":"2026-12-26T17:00:00Z"}"#
+        );
+        a.include = vec!["2026-12-26/yesterday".into()];
+        let err = answer(&a, at).unwrap_err().to_string();
+        assert!(
+            err.starts_with(r#"schedule.inclusions[0].end: invalid period "yesterday""#),
+            "{err}"
+        );
     }
 
     #[test]

@@ -80,6 +80,16 @@ pub enum ScheduleError {
     /// Neither form is set.
     #[error("schedule: no window: set daysOfWeek with hoursOfDay, or cron with duration")]
     EmptySchedule,
+    /// An exclusion or inclusion is malformed, or ends before it starts.
+    #[error("{field}: invalid period {token:?}: {problem}")]
+    InvalidPeriod {
+        /// Path of the offending field, e.g. `schedule.exclusions[0].start`.
+        field: String,
+        /// The offending value (clipped).
+        token: String,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 crate::condition_names! {
@@ -101,6 +111,8 @@ crate::condition_names! {
         IncompleteSchedule,
         /// Neither form is set.
         EmptySchedule,
+        /// An exclusion or inclusion cannot be read, or ends before it starts.
+        InvalidPeriod,
     }
 }
 
@@ -117,6 +129,7 @@ impl ScheduleError {
             Self::AmbiguousSchedule { .. } => Reason::AmbiguousSchedule,
             Self::IncompleteSchedule { .. } => Reason::IncompleteSchedule,
             Self::EmptySchedule => Reason::EmptySchedule,
+            Self::InvalidPeriod { .. } => Reason::InvalidPeriod,
         }
     }
 
@@ -128,7 +141,8 @@ impl ScheduleError {
             | Self::InvalidHour { field, .. }
             | Self::InvalidTimezone { field, .. }
             | Self::InvalidCron { field, .. }
-            | Self::InvalidDuration { field, .. } => field,
+            | Self::InvalidDuration { field, .. }
+            | Self::InvalidPeriod { field, .. } => field,
             Self::IncompleteSchedule { field, .. } => field,
             Self::AmbiguousSchedule { .. } | Self::EmptySchedule => "schedule",
         }
@@ -162,6 +176,14 @@ impl ScheduleError {
         Self::InvalidTimezone {
             field: field.to_owned(),
             token: clip(token),
+        }
+    }
+
+    pub(crate) fn period(field: &str, token: &str, problem: impl Into<String>) -> Self {
+        Self::InvalidPeriod {
+            field: field.to_owned(),
+            token: clip(token),
+            problem: problem.into(),
         }
     }
 
@@ -217,6 +239,7 @@ mod tests {
             ScheduleError::AmbiguousSchedule { fields: "x".into() },
             ScheduleError::IncompleteSchedule { field: "a", with: "b" },
             ScheduleError::EmptySchedule,
+            ScheduleError::period("f", "t", "p"),
         ];
         for err in all {
             let reason = err.reason().as_str();

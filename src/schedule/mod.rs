@@ -20,6 +20,7 @@ mod duration;
 mod error;
 mod hours;
 mod list;
+mod periods;
 mod timezone;
 mod weekly;
 
@@ -29,7 +30,7 @@ mod proptests;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use self::{cron::CronWindow, weekly::WeeklyWindow};
+use self::{cron::CronWindow, periods::Span, weekly::WeeklyWindow};
 pub use self::{
     duration::parse_duration,
     error::{Reason, ScheduleError},
@@ -42,12 +43,21 @@ const HOURS_FIELD: &str = "schedule.hoursOfDay";
 const TIMEZONE_FIELD: &str = "schedule.timezone";
 const CRON_FIELD: &str = "schedule.cron";
 const DURATION_FIELD: &str = "schedule.duration";
+const EXCLUSIONS_FIELD: &str = "schedule.exclusions";
+const INCLUSIONS_FIELD: &str = "schedule.inclusions";
+/// How many boundaries `next_transition` steps over before giving up (windows and periods that
+/// keep the state unchanged across all of them are reported as no transition).
+const MAX_TRANSITION_STEPS: usize = 10_000;
 
 /// A validated, compiled schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
     timezone: Tz,
     window: Window,
+    /// Spans when the machine is off whatever the window says.
+    exclusions: Vec<Span>,
+    /// Spans when it is on although the window is closed (an exclusion wins).
+    inclusions: Vec<Span>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +132,12 @@ impl Schedule {
             _ => return Err(ScheduleError::EmptySchedule),
         };
         let timezone = timezone::parse_timezone(TIMEZONE_FIELD, &spec.timezone)?;
-        Ok(Self { timezone, window })
+        Ok(Self {
+            timezone,
+            window,
+            exclusions: periods::parse_periods(EXCLUSIONS_FIELD, &spec.exclusions, timezone)?,
+            inclusions: periods::parse_periods(INCLUSIONS_FIELD, &spec.inclusions, timezone)?,
+        })
     }
 
     /// The zone the schedule is read in.
@@ -131,12 +146,25 @@ impl Schedule {
         self.timezone
     }
 
-    /// Whether the window is open at `t`.
+    /// Whether the machine should run at `t`: inside the window or an inclusion, and in no
+    /// exclusion.
     #[must_use]
     pub fn is_active(&self, t: DateTime<Utc>) -> bool {
+        !self.exclusions.iter().any(|s| s.contains(t))
+            && (self.window_open(t) || self.inclusions.iter().any(|s| s.contains(t)))
+    }
+
+    fn window_open(&self, t: DateTime<Utc>) -> bool {
         match &self.window {
             Window::Weekly(window) => window.is_active(self.timezone, t),
             Window::Cron(window) => window.is_active(self.timezone, t),
+        }
+    }
+
+    fn window_next(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match &self.window {
+            Window::Weekly(window) => window.next_transition(self.timezone, t),
+            Window::Cron(window) => window.next_transition(self.timezone, t),
         }
     }
 
@@ -148,12 +176,34 @@ impl Schedule {
     /// days ahead (enough for any real zone); cron windows that stay merged for more than 400
     /// days or 10,000 merge steps are reported as `None`, so a caller should still re-evaluate
     /// occasionally.
+    ///
+    /// Exclusions and inclusions add their edges: the answer is the first window edge or
+    /// period edge after `t` at which the combined state differs from `t`'s.
     #[must_use]
     pub fn next_transition(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        match &self.window {
-            Window::Weekly(window) => window.next_transition(self.timezone, t),
-            Window::Cron(window) => window.next_transition(self.timezone, t),
+        if self.exclusions.is_empty() && self.inclusions.is_empty() {
+            return self.window_next(t);
         }
+        let now = self.is_active(t);
+        let mut cursor = t;
+        for _ in 0..MAX_TRANSITION_STEPS {
+            let period_edge = self
+                .exclusions
+                .iter()
+                .chain(&self.inclusions)
+                .flat_map(|s| [s.start, s.end])
+                .filter(|edge| *edge > cursor)
+                .min();
+            let next = match (self.window_next(cursor), period_edge) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => a.or(b)?,
+            };
+            if self.is_active(next) != now {
+                return Some(next);
+            }
+            cursor = next;
+        }
+        None
     }
 
     /// [`is_active`](Self::is_active) and [`next_transition`](Self::next_transition) together.
@@ -178,6 +228,8 @@ mod tests {
             timezone: timezone.to_owned(),
             cron: None,
             duration: None,
+            exclusions: Vec::new(),
+            inclusions: Vec::new(),
         }
     }
 
@@ -189,6 +241,8 @@ mod tests {
             timezone: timezone.to_owned(),
             cron: Some(cron.to_owned()),
             duration: Some(duration.to_owned()),
+            exclusions: Vec::new(),
+            inclusions: Vec::new(),
         }
     }
 
@@ -415,6 +469,8 @@ mod tests {
             timezone: "UTC".into(),
             cron: None,
             duration: None,
+            exclusions: Vec::new(),
+            inclusions: Vec::new(),
         };
         let with = |f: &dyn Fn(&mut ScheduleSpec)| {
             let mut s = none.clone();

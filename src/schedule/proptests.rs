@@ -128,6 +128,8 @@ impl WeeklyCase {
             timezone: self.zone.to_owned(),
             cron: None,
             duration: None,
+            exclusions: Vec::new(),
+            inclusions: Vec::new(),
         }
     }
 
@@ -245,6 +247,8 @@ impl CronCase {
             timezone: self.zone.to_owned(),
             cron: Some(format!("{} {hours} * * {weekdays}", join(&self.minutes))),
             duration: Some(duration),
+            exclusions: Vec::new(),
+            inclusions: Vec::new(),
         }
     }
 
@@ -324,6 +328,8 @@ fn weekly_spec(days: Vec<String>, hours: Vec<String>, timezone: String) -> Sched
         timezone,
         cron: None,
         duration: None,
+        exclusions: Vec::new(),
+        inclusions: Vec::new(),
     }
 }
 
@@ -335,6 +341,8 @@ fn cron_spec(cron: String, duration: String, timezone: String) -> ScheduleSpec {
         timezone,
         cron: Some(cron),
         duration: Some(duration),
+        exclusions: Vec::new(),
+        inclusions: Vec::new(),
     }
 }
 
@@ -418,6 +426,99 @@ fn extreme_instants_do_not_panic() {
         let schedule = Schedule::parse(&spec).unwrap();
         for t in [DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC, DateTime::UNIX_EPOCH] {
             let _ = schedule.evaluate(t);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exclusions and inclusions over a day/hour window.
+
+/// A period for the property test: a whole local day some days from `t`, or a span of whole
+/// minutes starting some minutes from `t`.
+#[derive(Debug, Clone)]
+enum PeriodCase {
+    Day(i64),
+    Span(i64, i64),
+}
+
+impl PeriodCase {
+    fn spec(&self, t: DateTime<Utc>, tz: Tz) -> crate::api::scheduled_machine::SchedulePeriod {
+        let blank = crate::api::scheduled_machine::SchedulePeriod {
+            date: None,
+            start: None,
+            end: None,
+        };
+        match *self {
+            Self::Day(days) => crate::api::scheduled_machine::SchedulePeriod {
+                date: Some((t.with_timezone(&tz).date_naive() + TimeDelta::days(days)).to_string()),
+                ..blank
+            },
+            Self::Span(from, len) => {
+                let start = next_minute(t) + TimeDelta::minutes(from);
+                crate::api::scheduled_machine::SchedulePeriod {
+                    start: Some(start.to_rfc3339()),
+                    end: Some((start + TimeDelta::minutes(len)).to_rfc3339()),
+                    ..blank
+                }
+            }
+        }
+    }
+
+    /// Whether the period holds at `m`, from the rule itself.
+    fn holds(&self, t: DateTime<Utc>, tz: Tz, m: DateTime<Utc>) -> bool {
+        match *self {
+            Self::Day(days) => {
+                m.with_timezone(&tz).date_naive() == t.with_timezone(&tz).date_naive() + TimeDelta::days(days)
+            }
+            Self::Span(from, len) => {
+                let start = next_minute(t) + TimeDelta::minutes(from);
+                start <= m && m < start + TimeDelta::minutes(len)
+            }
+        }
+    }
+}
+
+fn period_case() -> impl Strategy<Value = PeriodCase> {
+    prop_oneof![
+        (-1i64..6).prop_map(PeriodCase::Day),
+        (-600i64..6000, 1i64..3000).prop_map(|(from, len)| PeriodCase::Span(from, len)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn exclusions_and_inclusions_match_brute_force(
+        case in weekly_case(),
+        exclusions in prop::collection::vec(period_case(), 0..3),
+        inclusions in prop::collection::vec(period_case(), 0..3),
+        t in instant(),
+    ) {
+        let tz: Tz = case.zone.parse().unwrap();
+        let mut spec = case.spec();
+        spec.exclusions = exclusions.iter().map(|p| p.spec(t, tz)).collect();
+        spec.inclusions = inclusions.iter().map(|p| p.spec(t, tz)).collect();
+        let schedule = Schedule::parse(&spec).unwrap();
+        let oracle = |m: DateTime<Utc>| {
+            !exclusions.iter().any(|p| p.holds(t, tz, m))
+                && (case.oracle_active(m) || inclusions.iter().any(|p| p.holds(t, tz, m)))
+        };
+        let active = oracle(t);
+        prop_assert_eq!(schedule.is_active(t), active);
+        let mut oracle_next = None;
+        let mut m = next_minute(t);
+        while m <= t + WEEKLY_ORACLE_HORIZON {
+            if oracle(m) != active {
+                oracle_next = Some(m);
+                break;
+            }
+            m += TimeDelta::minutes(1);
+        }
+        let next = schedule.next_transition(t);
+        match oracle_next {
+            Some(expected) => prop_assert_eq!(next, Some(expected)),
+            None => prop_assert!(next.is_none_or(|n| n > t + WEEKLY_ORACLE_HORIZON), "engine found {:?}", next),
         }
     }
 }

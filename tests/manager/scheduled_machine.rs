@@ -670,3 +670,37 @@ async fn a_reserved_taint_key_is_refused_naming_it() {
     );
     env.stop().await;
 }
+
+#[tokio::test]
+async fn an_exclusion_keeps_the_machine_off_for_the_day_and_lifting_it_starts_it() {
+    let env = Env::start().await;
+    let _endpoint = cluster(&env, "v1beta1").await;
+    // Monday 12:00 in New York: inside the seed's window, but the day is excluded.
+    env.clock.set(at(MIDDAY));
+    scheduled_machine(
+        &env,
+        "w8",
+        json!({"schedule": {"exclusions": [{"date": "2026-12-07"}]}}),
+    )
+    .await;
+    wait_phase(&env, "w8", Phase::Inactive).await;
+    let status = sms(&env).get("w8").await.unwrap().status.unwrap();
+    assert_eq!(status.in_schedule, Some(false));
+    assert_eq!(
+        status.next_activation.unwrap().0.to_string(),
+        "2026-12-08T14:00:00Z",
+        "Tuesday 09:00 New York"
+    );
+    assert!(machines(&env, "v1beta1").get_opt("w8").await.unwrap().is_none());
+
+    sms(&env)
+        .patch(
+            "w8",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"schedule": {"exclusions": null}}})),
+        )
+        .await
+        .unwrap();
+    wait_phase(&env, "w8", Phase::Active).await;
+    env.stop().await;
+}
