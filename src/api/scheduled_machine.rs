@@ -365,6 +365,8 @@ crate::condition_names! {
         ReservedLabel,
         /// `ScheduleValid`: a node taint with a reserved key prefix, or listed twice.
         InvalidNodeTaint,
+        /// `ScheduleValid`: a force-on-until or force-off-until annotation that is not an instant.
+        InvalidOverride,
         /// `MachineReady`: no Machine exists.
         NoMachine,
         /// `MachineReady`: the Machine is being deleted.

@@ -704,3 +704,58 @@ async fn an_exclusion_keeps_the_machine_off_for_the_day_and_lifting_it_starts_it
     wait_phase(&env, "w8", Phase::Active).await;
     env.stop().await;
 }
+
+#[tokio::test]
+async fn override_annotations_force_the_window_and_expired_ones_are_removed() {
+    let env = Env::start().await;
+    let _endpoint = cluster(&env, "v1beta1").await;
+    env.clock.set(at(MIDDAY));
+    scheduled_machine(&env, "w9", json!({})).await;
+    let force_off = json!({"metadata": {"annotations": {"5spot.finos.org/force-off-until": "2026-12-07T18:00:00Z"}}});
+    sms(&env)
+        .patch("w9", &PatchParams::default(), &Patch::Merge(force_off))
+        .await
+        .unwrap();
+    wait_until("w9 forced off", || async {
+        sms(&env).get("w9").await.unwrap().status.is_some_and(|s| {
+            s.phase == Some(Phase::Inactive)
+                && s.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("forced off by 5spot.finos.org/force-off-until"))
+        })
+    })
+    .await;
+    let status = sms(&env).get("w9").await.unwrap().status.unwrap();
+    assert_eq!(status.next_activation.unwrap().0.to_string(), "2026-12-07T18:00:00Z");
+    assert!(machines(&env, "v1beta1").get_opt("w9").await.unwrap().is_none());
+
+    // The instant passes: the window decides again, and the annotation goes.
+    env.clock.set(at("2026-12-07T18:00:01Z"));
+    nudge(&env, "w9").await;
+    wait_phase(&env, "w9", Phase::Active).await;
+    wait_until("the expired override removed", || async {
+        !sms(&env)
+            .get("w9")
+            .await
+            .unwrap()
+            .annotations()
+            .contains_key("5spot.finos.org/force-off-until")
+    })
+    .await;
+
+    // A value that is not an instant is reported, naming the annotation.
+    let bad = json!({"metadata": {"annotations": {"5spot.finos.org/force-on-until": "tomorrow"}}});
+    sms(&env)
+        .patch("w9", &PatchParams::default(), &Patch::Merge(bad))
+        .await
+        .unwrap();
+    wait_until("InvalidOverride reported", || async {
+        sms(&env).get("w9").await.unwrap().status.is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "ScheduleValid" && c.reason == "InvalidOverride")
+        })
+    })
+    .await;
+    env.stop().await;
+}

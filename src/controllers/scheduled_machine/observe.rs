@@ -11,6 +11,7 @@ use kube::{
 use super::{
     CORDONED_BY_ANNOTATION, Error,
     objects::{self, SCHEDULED_MACHINE_LABEL},
+    overrides,
     plan::{MachineSeen, NodeSeen, Observed, Validity},
     taints,
 };
@@ -62,6 +63,28 @@ pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<Dyna
     let now = ctx.clock.now();
     let refs = objects::references(&name, &sm.spec, ctx.capi);
     let mut validity = validity(&sm.spec, now);
+    let mut forced = None;
+    let mut expired_overrides = Vec::new();
+    match overrides::read(sm.annotations(), now) {
+        Ok(read) => {
+            if let Validity::Valid {
+                active,
+                next_transition,
+                ..
+            } = &mut validity
+            {
+                (*active, *next_transition) = overrides::apply(*active, *next_transition, read.forced.as_ref());
+            }
+            forced = read.forced;
+            expired_overrides = read.expired;
+        }
+        Err(message) => {
+            validity = Validity::Invalid {
+                reason: ScheduledReason::InvalidOverride.into(),
+                message,
+            };
+        }
+    }
 
     let machine_ref = ObjectRef::new_with(&name, ctx.capi.machine()).within(&namespace);
     let machine = match machines.get(&machine_ref) {
@@ -110,6 +133,8 @@ pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<Dyna
         infrastructure_exists,
         node,
         node_taints: sm.spec.node_taints.clone(),
+        forced,
+        expired_overrides,
     })
 }
 

@@ -18,6 +18,7 @@ use k8s_openapi::{api::core::v1::Taint, apimachinery::pkg::apis::meta::v1::Time,
 
 use super::{
     objects::CreatedRefs,
+    overrides::Forced,
     taints::{self, TaintId, TaintUpdate},
 };
 use crate::api::{
@@ -120,6 +121,10 @@ pub struct Observed {
     pub node: Option<NodeSeen>,
     /// `spec.nodeTaints`.
     pub node_taints: Vec<NodeTaint>,
+    /// The override annotation that decides the window now, if any.
+    pub forced: Option<Forced>,
+    /// Override annotations that have expired (removed by the reconcile).
+    pub expired_overrides: Vec<&'static str>,
 }
 
 /// What to do in this reconcile.
@@ -365,6 +370,10 @@ pub fn decide(current: &ScheduledMachineStatus, seen: &Observed) -> Decision {
     if valid && !seen.deleting {
         requeue = earliest(requeue, next_transition.map(|t| until(now, t)));
     }
+    let message = match &seen.forced {
+        Some(forced) => format!("{message} ({})", forced.note()),
+        None => message,
+    };
     let release_finalizer = seen.deleting && !anything_exists;
     let status = build_status(
         current,

@@ -34,6 +34,8 @@ fn observed(active: bool) -> Observed {
         infrastructure_exists: false,
         node: None,
         node_taints: Vec::new(),
+        forced: None,
+        expired_overrides: Vec::new(),
     }
 }
 
