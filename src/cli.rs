@@ -216,6 +216,14 @@ pub struct ScheduleArgs {
     /// Evaluate at this instant (RFC 3339) instead of now.
     #[arg(long, value_name = "RFC3339")]
     pub at: Option<chrono::DateTime<chrono::FixedOffset>>,
+    /// Print a week view instead of JSON: DAYS local days (7 unless given) from the day of --at.
+    #[arg(long, value_name = "DAYS", num_args = 0..=1, default_missing_value = "7",
+          value_parser = clap::value_parser!(u32).range(1..=62))]
+    pub calendar: Option<u32>,
+    /// Read the schedule from a ScheduledMachine manifest instead of the flags (--exclude and
+    /// --include still add to it).
+    #[arg(short = 'f', long = "file", value_name = "SM.yaml", conflicts_with_all = ["days", "hours", "cron", "duration", "timezone"])]
+    pub file: Option<PathBuf>,
 }
 
 #[cfg(feature = "sandbox")]

@@ -56,12 +56,13 @@ fn log_outcome(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
-/// `schedule`: one JSON line on stdout, or the error on stderr with exit code 2.
+/// `schedule`: one JSON line (or the calendar) on stdout, or the error on stderr with exit
+/// code 2.
 fn schedule(args: &ScheduleArgs) -> ExitCode {
     let at = args.at.map_or_else(chrono::Utc::now, |t| t.with_timezone(&chrono::Utc));
     match caplv::cmd::schedule_query::answer(args, at) {
-        Ok(line) => {
-            println!("{line}");
+        Ok(out) => {
+            println!("{}", out.trim_end());
             ExitCode::SUCCESS
         }
         Err(err) => {

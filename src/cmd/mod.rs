@@ -5,4 +5,5 @@ pub mod ignition_render;
 pub mod rbac;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
+pub mod schedule_calendar;
 pub mod schedule_query;

@@ -42,12 +42,56 @@ fn period(flag: &str) -> SchedulePeriod {
     }
 }
 
-/// Evaluate the schedule at `at`: `{"active":…,"nextTransition":"…Z"|null}`.
+/// Why `schedule` has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The schedule is invalid.
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    /// The `-f` manifest cannot be read or is not a ScheduledMachine.
+    #[error("{path}: {problem}")]
+    File {
+        /// The path given.
+        path: String,
+        /// What went wrong.
+        problem: String,
+    },
+}
+
+/// The schedule spec: from the `-f` manifest when given, else the flags; `--exclude` and
+/// `--include` add to it either way.
 ///
 /// # Errors
-/// The first problem in the schedule, naming the field and the token.
-pub fn answer(args: &ScheduleArgs, at: DateTime<Utc>) -> Result<String, ScheduleError> {
-    let evaluation = Schedule::parse(&spec_of(args))?.evaluate(at);
+/// The manifest cannot be read or parsed.
+pub fn spec_for(args: &ScheduleArgs) -> Result<ScheduleSpec, QueryError> {
+    let Some(path) = &args.file else {
+        return Ok(spec_of(args));
+    };
+    let file_error = |problem: String| QueryError::File {
+        path: path.display().to_string(),
+        problem,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| file_error(e.to_string()))?;
+    let sm: crate::api::ScheduledMachine =
+        serde_yaml::from_str(&text).map_err(|e| file_error(format!("not a ScheduledMachine: {e}")))?;
+    let mut spec = sm.spec.schedule;
+    let flags = spec_of(args);
+    spec.exclusions.extend(flags.exclusions);
+    spec.inclusions.extend(flags.inclusions);
+    Ok(spec)
+}
+
+/// Evaluate the schedule at `at`: `{"active":…,"nextTransition":"…Z"|null}`, or with
+/// `--calendar` the week view from `at`'s day.
+///
+/// # Errors
+/// The first problem in the schedule, naming the field and the token, or an unreadable `-f`.
+pub fn answer(args: &ScheduleArgs, at: DateTime<Utc>) -> Result<String, QueryError> {
+    let schedule = Schedule::parse(&spec_for(args)?)?;
+    if let Some(days) = args.calendar {
+        return Ok(super::schedule_calendar::render(&schedule, at, days));
+    }
+    let evaluation = schedule.evaluate(at);
     let next = evaluation
         .next_transition
         .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true));
@@ -68,7 +112,33 @@ mod tests {
             exclude: Vec::new(),
             include: Vec::new(),
             at: None,
+            calendar: None,
+            file: None,
         }
+    }
+
+    #[test]
+    fn a_manifest_gives_the_schedule_and_flags_add_to_it() {
+        let dir = std::env::temp_dir().join(format!("caplv-schedule-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sm.yaml");
+        std::fs::write(&path, include_str!("../../examples/seed/05-scheduledmachine.yaml")).unwrap();
+        let mut a = args(&[], &[], "UTC");
+        a.file = Some(path.clone());
+        a.exclude = vec!["2026-04-27".into()];
+        let at = "2026-04-27T14:00:00Z".parse().unwrap();
+        assert_eq!(
+            answer(&a, at).unwrap(),
+            r#"{"active":false,"nextTransition":"2026-04-28T13:00:00Z"}"#
+        );
+        a.calendar = Some(1);
+        assert!(answer(&a, at).unwrap().starts_with("America/New_York from 2026-04-27"));
+        std::fs::write(&path, "kind: Pod\n").unwrap();
+        let err = answer(&a, at).unwrap_err().to_string();
+        assert!(err.contains("sm.yaml: not a ScheduledMachine"), "{err}");
+        a.file = Some(dir.join("missing.yaml"));
+        assert!(answer(&a, at).unwrap_err().to_string().contains("missing.yaml"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -260,6 +260,11 @@ fn an_invalid_schedule_exits_2_naming_field_and_token() {
         ),
         (vec!["--cron", "61 * * * *", "--duration", "1h"], "schedule.cron"),
         (vec!["--cron", "0 * * * *", "--duration", "0s"], "schedule.duration"),
+        (
+            vec!["--days", "mon", "--hours", "9", "--exclude", "2026-12-25/2026-12-24"],
+            "schedule.exclusions[0].end",
+        ),
+        (vec!["-f", "/nonexistent/sm.yaml"], "/nonexistent/sm.yaml"),
     ] {
         let out = manager().arg("schedule").args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
