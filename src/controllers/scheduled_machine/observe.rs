@@ -56,6 +56,35 @@ pub fn validity(spec: &ScheduledMachineSpec, now: chrono::DateTime<chrono::Utc>)
     }
 }
 
+/// Let the override annotations decide a valid schedule's state; a malformed one makes the
+/// spec invalid.
+fn with_overrides(
+    sm: &ScheduledMachine,
+    now: chrono::DateTime<chrono::Utc>,
+    validity: &mut Validity,
+) -> overrides::Overrides {
+    match overrides::read(sm.annotations(), now) {
+        Ok(read) => {
+            if let Validity::Valid {
+                active,
+                next_transition,
+                ..
+            } = validity
+            {
+                (*active, *next_transition) = overrides::apply(*active, *next_transition, read.forced.as_ref());
+            }
+            read
+        }
+        Err(message) => {
+            *validity = Validity::Invalid {
+                reason: ScheduledReason::InvalidOverride.into(),
+                message,
+            };
+            overrides::Overrides::default()
+        }
+    }
+}
+
 /// Gather everything [`super::plan::decide`] needs.
 pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<DynamicObject>) -> Result<Observed, Error> {
     let name = sm.name_any();
@@ -63,28 +92,7 @@ pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<Dyna
     let now = ctx.clock.now();
     let refs = objects::references(&name, &sm.spec, ctx.capi);
     let mut validity = validity(&sm.spec, now);
-    let mut forced = None;
-    let mut expired_overrides = Vec::new();
-    match overrides::read(sm.annotations(), now) {
-        Ok(read) => {
-            if let Validity::Valid {
-                active,
-                next_transition,
-                ..
-            } = &mut validity
-            {
-                (*active, *next_transition) = overrides::apply(*active, *next_transition, read.forced.as_ref());
-            }
-            forced = read.forced;
-            expired_overrides = read.expired;
-        }
-        Err(message) => {
-            validity = Validity::Invalid {
-                reason: ScheduledReason::InvalidOverride.into(),
-                message,
-            };
-        }
-    }
+    let read = with_overrides(sm, now, &mut validity);
 
     let machine_ref = ObjectRef::new_with(&name, ctx.capi.machine()).within(&namespace);
     let machine = match machines.get(&machine_ref) {
@@ -133,8 +141,8 @@ pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<Dyna
         infrastructure_exists,
         node,
         node_taints: sm.spec.node_taints.clone(),
-        forced,
-        expired_overrides,
+        forced: read.forced,
+        expired_overrides: read.expired,
     })
 }
 
