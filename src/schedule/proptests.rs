@@ -70,6 +70,22 @@ fn instant() -> impl Strategy<Value = DateTime<Utc>> {
 }
 
 /// The first whole minute strictly after `t`.
+/// The first whole UTC minute after `t`, within `horizon`, at which `changed` holds.
+fn first_change(
+    t: DateTime<Utc>,
+    horizon: TimeDelta,
+    changed: impl Fn(DateTime<Utc>) -> bool,
+) -> Option<DateTime<Utc>> {
+    let mut m = next_minute(t);
+    while m <= t + horizon {
+        if changed(m) {
+            return Some(m);
+        }
+        m += TimeDelta::minutes(1);
+    }
+    None
+}
+
 fn next_minute(t: DateTime<Utc>) -> DateTime<Utc> {
     let floor = t.with_second(0).unwrap().with_nanosecond(0).unwrap();
     floor + TimeDelta::minutes(1)
@@ -192,15 +208,7 @@ proptest! {
         let active = case.oracle_active(t);
         prop_assert_eq!(schedule.is_active(t), active);
 
-        let mut oracle_next = None;
-        let mut m = next_minute(t);
-        while m <= t + WEEKLY_ORACLE_HORIZON {
-            if case.oracle_active(m) != active {
-                oracle_next = Some(m);
-                break;
-            }
-            m += TimeDelta::minutes(1);
-        }
+        let oracle_next = first_change(t, WEEKLY_ORACLE_HORIZON, |m| case.oracle_active(m) != active);
         let next = schedule.next_transition(t);
         match oracle_next {
             Some(expected) => prop_assert_eq!(next, Some(expected)),
@@ -506,15 +514,7 @@ proptest! {
         };
         let active = oracle(t);
         prop_assert_eq!(schedule.is_active(t), active);
-        let mut oracle_next = None;
-        let mut m = next_minute(t);
-        while m <= t + WEEKLY_ORACLE_HORIZON {
-            if oracle(m) != active {
-                oracle_next = Some(m);
-                break;
-            }
-            m += TimeDelta::minutes(1);
-        }
+        let oracle_next = first_change(t, WEEKLY_ORACLE_HORIZON, |m| oracle(m) != active);
         let next = schedule.next_transition(t);
         match oracle_next {
             Some(expected) => prop_assert_eq!(next, Some(expected)),
