@@ -213,6 +213,10 @@ pub struct ScheduleArgs {
     /// An inclusion (the machine is on), in the same form as --exclude; repeat for several.
     #[arg(long = "include", value_name = "PERIOD")]
     pub include: Vec<String>,
+    /// `spec.schedule.leadTime`: also say when provisioning starts, e.g. `10m` (`auto` has no
+    /// history here, so it is zero).
+    #[arg(long = "lead-time", value_name = "D")]
+    pub lead_time: Option<String>,
     /// Evaluate at this instant (RFC 3339) instead of now.
     #[arg(long, value_name = "RFC3339")]
     pub at: Option<chrono::DateTime<chrono::FixedOffset>>,

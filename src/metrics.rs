@@ -28,6 +28,8 @@ pub struct Metrics {
     pub evictions: IntCounterVec,
     /// Seconds between a schedule edge and the reconcile that acted on it.
     pub schedule_lag: Histogram,
+    /// Seconds from a window's opening edge to its Node taking pods.
+    pub edge_schedulable_lag: Histogram,
     /// LibvirtMachine lifecycle events by kind (`provisioned`, `restarted`, `vanished`,
     /// `deleted`, `abandoned`).
     pub machine_events: IntCounterVec,
@@ -86,6 +88,15 @@ impl Metrics {
             HistogramOpts::new("schedule_lag_seconds", "Delay between a schedule edge and acting on it")
                 .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0]),
         )?;
+        let edge_schedulable_lag = Histogram::with_opts(
+            HistogramOpts::new(
+                "edge_schedulable_lag_seconds",
+                "Delay between a window opening and its Node becoming schedulable",
+            )
+            .buckets(vec![
+                0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 1800.0,
+            ]),
+        )?;
         let machine_events = IntCounterVec::new(
             Opts::new(
                 "libvirt_machine_events_total",
@@ -114,6 +125,7 @@ impl Metrics {
         registry.register(Box::new(phase_transitions.clone()))?;
         registry.register(Box::new(evictions.clone()))?;
         registry.register(Box::new(schedule_lag.clone()))?;
+        registry.register(Box::new(edge_schedulable_lag.clone()))?;
         registry.register(Box::new(reconciliations.clone()))?;
         registry.register(Box::new(reconcile_errors.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
@@ -132,6 +144,7 @@ impl Metrics {
             phase_transitions,
             evictions,
             schedule_lag,
+            edge_schedulable_lag,
             machine_events,
             provision_duration,
             csr_decisions,

@@ -16,6 +16,9 @@ const DATE_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$";
 /// A Go-style duration such as `5m`, `90s` or `1h30m`.
 const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
 
+/// A duration as [`DURATION_PATTERN`], or `auto`.
+const LEAD_TIME_PATTERN: &str = r"^(auto|([0-9]+(\.[0-9]+)?(ms|s|m|h))+)$";
+
 /// Desired state of a ScheduledMachine.
 #[derive(CustomResource, KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[kube(
@@ -43,7 +46,20 @@ const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
         name = "Next",
         type_ = "string",
         json_path = ".status.nextTransition",
-        description = "When the window next opens or closes (UTC)"
+        description = "When the controller next acts: provisioning starts, the window opens or closes, or the drain begins (UTC)"
+    ),
+    printcolumn(
+        name = "Lag",
+        type_ = "string",
+        json_path = ".status.window.schedulableLag",
+        description = "How long after the window opened its Node became schedulable"
+    ),
+    printcolumn(
+        name = "Lead",
+        type_ = "string",
+        json_path = ".status.leadTime",
+        description = "How long before the window provisioning starts",
+        priority = 1
     ),
     printcolumn(
         name = "Machine",
@@ -147,6 +163,57 @@ pub struct ScheduleSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 128))]
     pub inclusions: Vec<SchedulePeriod>,
+    /// How long before the window opens provisioning starts, so the Node is schedulable at the
+    /// edge: a duration up to `168h` such as `10m`, or `auto` for the median of the last five
+    /// provisioning durations (`status.provisioningDurations`; zero until there is one). A Node
+    /// that joins early carries the NoSchedule taint `5spot.finos.org/window-closed` until the
+    /// window opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = LEAD_TIME_PATTERN))]
+    pub lead_time: Option<String>,
+    /// When the machine goes: `AtEdge` starts the drain when the window closes;
+    /// `DrainBeforeEnd` starts it `gracefulShutdownTimeout` earlier, so the Machine is gone by
+    /// the time the window closes.
+    #[serde(default, skip_serializing_if = "EndPolicy::is_default")]
+    pub end_policy: EndPolicy,
+}
+
+impl Default for ScheduleSpec {
+    /// Enabled, in UTC, with no window yet.
+    fn default() -> Self {
+        Self {
+            enabled: default_enabled(),
+            days_of_week: None,
+            hours_of_day: None,
+            timezone: default_timezone(),
+            cron: None,
+            duration: None,
+            exclusions: Vec::new(),
+            inclusions: Vec::new(),
+            lead_time: None,
+            end_policy: EndPolicy::default(),
+        }
+    }
+}
+
+/// When, relative to the window's closing edge, the machine is removed.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum EndPolicy {
+    /// Drain when the window closes (the machine outlives the window by the drain).
+    #[default]
+    AtEdge,
+    /// Drain `gracefulShutdownTimeout` before the window closes, so nothing runs past it.
+    DrainBeforeEnd,
+}
+
+impl EndPolicy {
+    #[allow(
+        clippy::trivially_copy_pass_by_ref,
+        reason = "serde's skip_serializing_if passes a reference"
+    )]
+    fn is_default(&self) -> bool {
+        *self == Self::AtEdge
+    }
 }
 
 /// A period in the schedule's time zone: one whole day (`date`), or `start` to `end`. Each of
@@ -223,6 +290,9 @@ pub struct MachineTemplateMetadata {
 /// Lifecycle phases of a ScheduledMachine; none is terminal.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 pub enum Phase {
+    /// Provisioning ahead of the window (`leadTime`); the Node waits tainted
+    /// `5spot.finos.org/window-closed` until the window opens.
+    Preparing,
     /// Window open, objects being created.
     Pending,
     /// Machine exists for the open window.
@@ -244,6 +314,7 @@ impl Phase {
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
+            Self::Preparing => "Preparing",
             Self::Pending => "Pending",
             Self::Active => "Active",
             Self::ShuttingDown => "ShuttingDown",
@@ -274,6 +345,29 @@ pub struct NodeReference {
     pub name: String,
 }
 
+/// One window's timeline, for seeing whether the Node was ready at the edge.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowRecord {
+    /// The window's opening edge (when the machine was created inside an open window whose
+    /// opening is unknown, the creation time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opens_at: Option<Time>,
+    /// When the objects were first created for it (`leadTime` before `opensAt` at best).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning_started_at: Option<Time>,
+    /// When its Node was first seen Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_ready_at: Option<Time>,
+    /// When its Node first took pods: Ready, not cordoned, inside the window, the
+    /// `5spot.finos.org/window-closed` taint gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedulable_at: Option<Time>,
+    /// `schedulableAt - opensAt`, e.g. `12ms` (at the edge) or `4m10s` (late by that much).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedulable_lag: Option<String>,
+}
+
 /// Observed state of a ScheduledMachine.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -293,7 +387,8 @@ pub struct ScheduledMachineStatus {
     /// When the window next closes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cleanup: Option<Time>,
-    /// The earlier of `nextActivation` and `nextCleanup`.
+    /// When the controller next acts: the earliest of `nextActivation`, `nextCleanup`, the
+    /// start of provisioning (`leadTime` early) and, with `DrainBeforeEnd`, of the drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_transition: Option<Time>,
     /// The CAPI Machine created for the current window.
@@ -314,6 +409,17 @@ pub struct ScheduledMachineStatus {
     /// When the current graceful removal began; bounds draining and the whole removal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shutdown_started_at: Option<Time>,
+    /// The lead time in effect: `spec.schedule.leadTime`, or what `auto` worked out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lead_time: Option<String>,
+    /// How long the last windows' Machines took from creation to a Ready Node, oldest first
+    /// (at most five); `leadTime: auto` uses their median.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub provisioning_durations: Vec<String>,
+    /// The current or most recent window: when it opened and when its Node was ready and
+    /// schedulable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowRecord>,
     /// `Ready`, `ScheduleValid`, `MachineReady`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -339,6 +445,8 @@ crate::condition_names! {
     pub enum ScheduledReason {
         /// `Ready`: the window is open and the Machine runs.
         Active,
+        /// `Ready`: phase Preparing.
+        Preparing,
         /// `Ready`: phase Pending.
         Pending,
         /// `Ready`: phase ShuttingDown.
@@ -393,6 +501,7 @@ impl Phase {
     #[must_use]
     pub const fn reason(self) -> ScheduledReason {
         match self {
+            Self::Preparing => ScheduledReason::Preparing,
             Self::Pending => ScheduledReason::Pending,
             Self::Active => ScheduledReason::Active,
             Self::ShuttingDown => ScheduledReason::ShuttingDown,

@@ -132,7 +132,7 @@ mod tests {
         };
         assert_eq!(
             columns("scheduledmachines.5spot.finos.org"),
-            ["Phase", "InSchedule", "Next", "Machine", "Age"]
+            ["Phase", "InSchedule", "Next", "Lag", "Lead", "Machine", "Age"]
         );
         assert_eq!(
             columns("scheduledcapacities.5spot.finos.org"),

@@ -66,8 +66,7 @@ mod tests {
             timezone: "America/New_York".into(),
             cron: None,
             duration: None,
-            exclusions: Vec::new(),
-            inclusions: Vec::new(),
+            ..ScheduleSpec::default()
         }
     }
 

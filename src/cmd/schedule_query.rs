@@ -1,13 +1,15 @@
 //! The `schedule` subcommand: "when will my worker run?", answered by the same engine the
 //! controller uses, as one JSON line.
 
+use std::time::Duration;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::json;
 
 use crate::{
-    api::scheduled_machine::{SchedulePeriod, ScheduleSpec},
+    api::scheduled_machine::{EndPolicy, SchedulePeriod, ScheduleSpec},
     cli::ScheduleArgs,
-    schedule::{Schedule, ScheduleError},
+    schedule::{Margins, Schedule, ScheduleError, parse_duration},
 };
 
 /// The schedule spec the flags describe.
@@ -23,6 +25,8 @@ pub fn spec_of(args: &ScheduleArgs) -> ScheduleSpec {
         duration: args.duration.clone(),
         exclusions: args.exclude.iter().map(|p| period(p)).collect(),
         inclusions: args.include.iter().map(|p| period(p)).collect(),
+        lead_time: args.lead_time.clone(),
+        ..ScheduleSpec::default()
     }
 }
 
@@ -58,14 +62,27 @@ pub enum QueryError {
     },
 }
 
-/// The schedule spec: from the `-f` manifest when given, else the flags; `--exclude` and
-/// `--include` add to it either way.
+/// What `schedule` evaluates: the schedule spec, and the grace period `DrainBeforeEnd` drains
+/// ahead by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// `spec.schedule`.
+    pub spec: ScheduleSpec,
+    /// `spec.gracefulShutdownTimeout`, from a `-f` manifest.
+    pub graceful_shutdown_timeout: Option<String>,
+}
+
+/// The schedule spec: from the `-f` manifest when given, else the flags; `--exclude`,
+/// `--include` and `--lead-time` add to it either way.
 ///
 /// # Errors
 /// The manifest cannot be read or parsed.
-pub fn spec_for(args: &ScheduleArgs) -> Result<ScheduleSpec, QueryError> {
+pub fn spec_for(args: &ScheduleArgs) -> Result<Manifest, QueryError> {
     let Some(path) = &args.file else {
-        return Ok(spec_of(args));
+        return Ok(Manifest {
+            spec: spec_of(args),
+            graceful_shutdown_timeout: None,
+        });
     };
     let file_error = |problem: String| QueryError::File {
         path: path.display().to_string(),
@@ -78,24 +95,43 @@ pub fn spec_for(args: &ScheduleArgs) -> Result<ScheduleSpec, QueryError> {
     let flags = spec_of(args);
     spec.exclusions.extend(flags.exclusions);
     spec.inclusions.extend(flags.inclusions);
-    Ok(spec)
+    if flags.lead_time.is_some() {
+        spec.lead_time = flags.lead_time;
+    }
+    Ok(Manifest {
+        spec,
+        graceful_shutdown_timeout: Some(sm.spec.graceful_shutdown_timeout),
+    })
 }
 
 /// Evaluate the schedule at `at`: `{"active":…,"nextTransition":"…Z"|null}`, or with
-/// `--calendar` the week view from `at`'s day.
+/// `--calendar` the week view from `at`'s day. With a lead time, or `DrainBeforeEnd` from a
+/// manifest, also when the machine exists: `"provisioned"` and `"nextProvisionedChange"`.
 ///
 /// # Errors
 /// The first problem in the schedule, naming the field and the token, or an unreadable `-f`.
 pub fn answer(args: &ScheduleArgs, at: DateTime<Utc>) -> Result<String, QueryError> {
-    let schedule = Schedule::parse(&spec_for(args)?)?;
+    let manifest = spec_for(args)?;
+    let schedule = Schedule::parse(&manifest.spec)?;
     if let Some(days) = args.calendar {
         return Ok(super::schedule_calendar::render(&schedule, at, days));
     }
-    let evaluation = schedule.evaluate(at);
-    let next = evaluation
-        .next_transition
-        .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true));
-    Ok(json!({"active": evaluation.active, "nextTransition": next}).to_string())
+    let drain_ahead = match (&manifest.graceful_shutdown_timeout, manifest.spec.end_policy) {
+        (Some(grace), EndPolicy::DrainBeforeEnd) => parse_duration("spec.gracefulShutdownTimeout", grace)?,
+        _ => Duration::ZERO,
+    };
+    let margins = Margins {
+        lead: schedule.lead_time().resolve(&[]),
+        drain_ahead,
+    };
+    let plan = schedule.plan(at, margins);
+    let format = |t: Option<DateTime<Utc>>| t.map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true));
+    let mut out = json!({"active": plan.open, "nextTransition": format(plan.next_edge)});
+    if margins != Margins::default() {
+        out["provisioned"] = json!(plan.wanted);
+        out["nextProvisionedChange"] = json!(format(plan.next_wanted_change));
+    }
+    Ok(out.to_string())
 }
 
 #[cfg(test)]
@@ -111,6 +147,7 @@ mod tests {
             timezone: tz.to_owned(),
             exclude: Vec::new(),
             include: Vec::new(),
+            lead_time: None,
             at: None,
             calendar: None,
             file: None,
@@ -165,6 +202,42 @@ mod tests {
             err.starts_with(r#"schedule.inclusions[0].end: invalid period "yesterday""#),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_lead_time_says_when_provisioning_starts() {
+        let mut a = args(&["mon-fri"], &["9-17"], "America/New_York");
+        a.lead_time = Some("10m".into());
+        assert_eq!(
+            answer(&a, "2026-04-27T12:00:00Z".parse().unwrap()).unwrap(),
+            r#"{"active":false,"nextProvisionedChange":"2026-04-27T12:50:00Z","nextTransition":"2026-04-27T13:00:00Z","provisioned":false}"#
+        );
+        a.lead_time = Some("ten minutes".into());
+        let err = answer(&a, Utc::now()).unwrap_err().to_string();
+        assert!(
+            err.starts_with(r#"schedule.leadTime: invalid duration "ten minutes""#),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn drain_before_end_comes_from_the_manifest() {
+        let dir = std::env::temp_dir().join(format!("caplv-schedule-drain-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sm.yaml");
+        let seed = include_str!("../../examples/seed/05-scheduledmachine.yaml");
+        let mut sm: serde_json::Value = serde_yaml::from_str(seed).unwrap();
+        sm["spec"]["schedule"]["endPolicy"] = json!("DrainBeforeEnd");
+        sm["spec"]["gracefulShutdownTimeout"] = json!("15m");
+        std::fs::write(&path, serde_yaml::to_string(&sm).unwrap()).unwrap();
+        let mut a = args(&[], &[], "UTC");
+        a.file = Some(path);
+        // Monday 2026-04-27 in New York (EDT): the window closes at 18:00 local, 22:00Z.
+        assert_eq!(
+            answer(&a, "2026-04-27T21:00:00Z".parse().unwrap()).unwrap(),
+            r#"{"active":true,"nextProvisionedChange":"2026-04-27T21:45:00Z","nextTransition":"2026-04-27T22:00:00Z","provisioned":true}"#
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -66,6 +66,33 @@ pub fn parse_duration(field: &str, text: &str) -> Result<Duration, ScheduleError
     Ok(Duration::from_nanos(nanos))
 }
 
+/// Writes `d` the way [`parse_duration`] reads it, to the millisecond, as Go prints durations:
+/// `0s`, `12ms`, `1.204s`, `4m12s`, `1h0m5s`.
+#[must_use]
+pub fn format_duration(d: Duration) -> String {
+    let millis = d.as_millis();
+    if millis < 1000 {
+        return if millis == 0 {
+            "0s".to_owned()
+        } else {
+            format!("{millis}ms")
+        };
+    }
+    let (hours, rest) = (millis / 3_600_000, millis % 3_600_000);
+    let (minutes, rest) = (rest / 60_000, rest % 60_000);
+    let (seconds, fraction) = (rest / 1000, rest % 1000);
+    let seconds = if fraction == 0 {
+        format!("{seconds}s")
+    } else {
+        format!("{seconds}.{}s", format!("{fraction:03}").trim_end_matches('0'))
+    };
+    match (hours, minutes) {
+        (0, 0) => seconds,
+        (0, m) => format!("{m}m{seconds}"),
+        (h, m) => format!("{h}h{m}m{seconds}"),
+    }
+}
+
 /// Splits off the leading ASCII digits.
 fn split_digits(text: &str) -> (&str, &str) {
     text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()))
@@ -117,6 +144,24 @@ mod tests {
                 *want,
                 "{input}"
             );
+        }
+    }
+
+    #[test]
+    fn formatted_durations_read_back() {
+        for (d, text) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_micros(400), "0s"),
+            (Duration::from_millis(12), "12ms"),
+            (Duration::from_millis(1204), "1.204s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_secs(252), "4m12s"),
+            (Duration::from_secs(3605), "1h0m5s"),
+            (Duration::from_millis(90_061_001), "25h1m1.001s"),
+        ] {
+            assert_eq!(format_duration(d), text);
+            let millis = Duration::from_millis(u64::try_from(d.as_millis()).unwrap());
+            assert_eq!(parse_duration("f", text).unwrap(), millis, "{text}");
         }
     }
 

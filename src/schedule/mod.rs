@@ -20,6 +20,7 @@ mod duration;
 mod error;
 mod hours;
 mod list;
+mod margins;
 mod periods;
 mod timezone;
 mod weekly;
@@ -32,8 +33,9 @@ use chrono_tz::Tz;
 
 use self::{cron::CronWindow, periods::Span, weekly::WeeklyWindow};
 pub use self::{
-    duration::parse_duration,
+    duration::{format_duration, parse_duration},
     error::{Reason, ScheduleError},
+    margins::{AUTO_HISTORY, LeadTime, Margins, Plan},
 };
 use crate::api::scheduled_machine::ScheduleSpec;
 
@@ -45,6 +47,7 @@ const CRON_FIELD: &str = "schedule.cron";
 const DURATION_FIELD: &str = "schedule.duration";
 const EXCLUSIONS_FIELD: &str = "schedule.exclusions";
 const INCLUSIONS_FIELD: &str = "schedule.inclusions";
+const LEAD_TIME_FIELD: &str = "schedule.leadTime";
 /// How many boundaries `next_transition` steps over before giving up (windows and periods that
 /// keep the state unchanged across all of them are reported as no transition).
 const MAX_TRANSITION_STEPS: usize = 10_000;
@@ -58,6 +61,8 @@ pub struct Schedule {
     exclusions: Vec<Span>,
     /// Spans when it is on although the window is closed (an exclusion wins).
     inclusions: Vec<Span>,
+    /// How early provisioning starts.
+    lead_time: LeadTime,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +142,14 @@ impl Schedule {
             window,
             exclusions: periods::parse_periods(EXCLUSIONS_FIELD, &spec.exclusions, timezone)?,
             inclusions: periods::parse_periods(INCLUSIONS_FIELD, &spec.inclusions, timezone)?,
+            lead_time: LeadTime::parse(LEAD_TIME_FIELD, spec.lead_time.as_deref())?,
         })
+    }
+
+    /// `leadTime`, as parsed; [`LeadTime::resolve`] turns `auto` into a duration.
+    #[must_use]
+    pub fn lead_time(&self) -> LeadTime {
+        self.lead_time
     }
 
     /// The zone the schedule is read in.
@@ -226,10 +238,7 @@ mod tests {
             days_of_week: Some(days.iter().map(|s| (*s).to_owned()).collect()),
             hours_of_day: Some(hours.iter().map(|s| (*s).to_owned()).collect()),
             timezone: timezone.to_owned(),
-            cron: None,
-            duration: None,
-            exclusions: Vec::new(),
-            inclusions: Vec::new(),
+            ..ScheduleSpec::default()
         }
     }
 
@@ -241,8 +250,7 @@ mod tests {
             timezone: timezone.to_owned(),
             cron: Some(cron.to_owned()),
             duration: Some(duration.to_owned()),
-            exclusions: Vec::new(),
-            inclusions: Vec::new(),
+            ..ScheduleSpec::default()
         }
     }
 
@@ -462,16 +470,7 @@ mod tests {
 
     #[test]
     fn rejected_specs_name_fields() {
-        let none = ScheduleSpec {
-            enabled: true,
-            days_of_week: None,
-            hours_of_day: None,
-            timezone: "UTC".into(),
-            cron: None,
-            duration: None,
-            exclusions: Vec::new(),
-            inclusions: Vec::new(),
-        };
+        let none = ScheduleSpec::default();
         let with = |f: &dyn Fn(&mut ScheduleSpec)| {
             let mut s = none.clone();
             f(&mut s);

@@ -144,8 +144,7 @@ impl WeeklyCase {
             timezone: self.zone.to_owned(),
             cron: None,
             duration: None,
-            exclusions: Vec::new(),
-            inclusions: Vec::new(),
+            ..ScheduleSpec::default()
         }
     }
 
@@ -255,8 +254,7 @@ impl CronCase {
             timezone: self.zone.to_owned(),
             cron: Some(format!("{} {hours} * * {weekdays}", join(&self.minutes))),
             duration: Some(duration),
-            exclusions: Vec::new(),
-            inclusions: Vec::new(),
+            ..ScheduleSpec::default()
         }
     }
 
@@ -336,8 +334,7 @@ fn weekly_spec(days: Vec<String>, hours: Vec<String>, timezone: String) -> Sched
         timezone,
         cron: None,
         duration: None,
-        exclusions: Vec::new(),
-        inclusions: Vec::new(),
+        ..ScheduleSpec::default()
     }
 }
 
@@ -349,8 +346,7 @@ fn cron_spec(cron: String, duration: String, timezone: String) -> ScheduleSpec {
         timezone,
         cron: Some(cron),
         duration: Some(duration),
-        exclusions: Vec::new(),
-        inclusions: Vec::new(),
+        ..ScheduleSpec::default()
     }
 }
 
@@ -520,5 +516,59 @@ proptest! {
             Some(expected) => prop_assert_eq!(next, Some(expected)),
             None => prop_assert!(next.is_none_or(|n| n > t + WEEKLY_ORACLE_HORIZON), "engine found {:?}", next),
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lead time and drain ahead: when the machine is wanted around a day/hour window.
+
+/// Whole minutes from 0 to `max`, zero a quarter of the time.
+fn margin_minutes(max: i64) -> impl Strategy<Value = i64> {
+    prop_oneof![1 => Just(0i64), 3 => 0..=max]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn wanted_life_matches_brute_force(
+        case in weekly_case(),
+        lead in margin_minutes(180),
+        ahead in margin_minutes(120),
+        t in instant(),
+    ) {
+        let schedule = Schedule::parse(&case.spec()).unwrap();
+        let margins = super::Margins {
+            lead: std::time::Duration::from_secs(lead as u64 * 60),
+            drain_ahead: std::time::Duration::from_secs(ahead as u64 * 60),
+        };
+        // Activity minute by minute from t's minute to past the horizon plus both margins.
+        let first = next_minute(t) - TimeDelta::minutes(1);
+        let span = WEEKLY_ORACLE_HORIZON.num_minutes() + lead + ahead + 2;
+        let minute = |i: i64| first + TimeDelta::minutes(i);
+        let active: Vec<bool> = (0..=span).map(|i| case.oracle_active(minute(i))).collect();
+        // first_off[k]: the first minute index >= k at which the window is closed.
+        let mut first_off = vec![span + 1; active.len() + 1];
+        for k in (0..active.len()).rev() {
+            first_off[k] = if active[k] { first_off[k + 1] } else { k as i64 };
+        }
+        // The rule itself: some open minute s within the lead whose run lasts past i + ahead.
+        let wanted = |i: i64| {
+            (i..=i + lead).any(|s| active[s as usize] && (s > i + ahead || first_off[s as usize] > i + ahead))
+        };
+        let now = wanted(0);
+        prop_assert_eq!(schedule.is_wanted(t, margins), now);
+
+        let oracle_next = (1..=WEEKLY_ORACLE_HORIZON.num_minutes()).find(|&i| wanted(i) != now).map(minute);
+        let next = schedule.next_wanted_change(t, margins);
+        match oracle_next {
+            Some(expected) => prop_assert_eq!(next, Some(expected)),
+            None => prop_assert!(next.is_none_or(|n| n > t + WEEKLY_ORACLE_HORIZON), "engine found {:?}", next),
+        }
+        if let Some(n) = next {
+            prop_assert_eq!(schedule.is_wanted(n, margins), !now);
+        }
+        let plan = schedule.plan(t, margins);
+        prop_assert_eq!((plan.open, plan.next_edge), (schedule.is_active(t), schedule.next_transition(t)));
     }
 }

@@ -11,6 +11,7 @@ mod cli;
 mod control_plane_script;
 mod house;
 mod ignition_config;
+mod lead_time;
 mod leader;
 mod libvirt_cluster;
 mod libvirt_host;

@@ -26,7 +26,7 @@ const BEFORE_CLOSE: &str = "2026-12-07T22:59:58Z";
 /// Noon on that Monday in New York: inside the window.
 const MIDDAY: &str = "2026-12-07T17:00:00Z";
 
-fn at(s: &str) -> DateTime<Utc> {
+pub(crate) fn at(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
 }
 
@@ -41,7 +41,7 @@ fn ar(api_version: &str, kind: &str, plural: &str) -> ApiResource {
     }
 }
 
-fn machines(env: &Env, version: &str) -> Api<DynamicObject> {
+pub(crate) fn machines(env: &Env, version: &str) -> Api<DynamicObject> {
     Api::namespaced_with(
         env.client.clone(),
         "default",
@@ -75,7 +75,7 @@ fn ignition_configs(client: &Client) -> Api<DynamicObject> {
 
 /// The seed's Cluster, LibvirtCluster (pointed at a loopback listener), Ignition Secret and
 /// LibvirtHost `laptop` (served by a private libvirt test driver shaped like the seed's laptop).
-async fn cluster(env: &Env, capi_version: &str) -> (TcpListener, tempfile::TempDir) {
+pub(crate) async fn cluster(env: &Env, capi_version: &str) -> (TcpListener, tempfile::TempDir) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let infra_ref = if capi_version == "v1beta1" {
@@ -97,7 +97,7 @@ async fn cluster(env: &Env, capi_version: &str) -> (TcpListener, tempfile::TempD
 }
 
 /// The seed's ScheduledMachine named `name`, with `edits` merged into its spec.
-async fn scheduled_machine(env: &Env, name: &str, edits: serde_json::Value) {
+pub(crate) async fn scheduled_machine(env: &Env, name: &str, edits: serde_json::Value) {
     let mut sm: serde_json::Value =
         serde_yaml::from_str(include_str!("../../examples/seed/05-scheduledmachine.yaml")).unwrap();
     sm["metadata"]["name"] = json!(name);
@@ -108,11 +108,11 @@ async fn scheduled_machine(env: &Env, name: &str, edits: serde_json::Value) {
         .unwrap();
 }
 
-fn sms(env: &Env) -> Api<ScheduledMachine> {
+pub(crate) fn sms(env: &Env) -> Api<ScheduledMachine> {
     Api::namespaced(env.client.clone(), "default")
 }
 
-async fn phase(env: &Env, name: &str) -> Option<Phase> {
+pub(crate) async fn phase(env: &Env, name: &str) -> Option<Phase> {
     sms(env)
         .get_opt(name)
         .await
@@ -121,7 +121,7 @@ async fn phase(env: &Env, name: &str) -> Option<Phase> {
         .and_then(|s| s.phase)
 }
 
-async fn wait_phase(env: &Env, name: &str, want: Phase) {
+pub(crate) async fn wait_phase(env: &Env, name: &str, want: Phase) {
     wait_until(&format!("{name} in phase {want:?}"), || async {
         phase(env, name).await == Some(want)
     })
@@ -129,7 +129,7 @@ async fn wait_phase(env: &Env, name: &str, want: Phase) {
 }
 
 /// Make the controller look again after the test moved the clock (as a schedule edit would).
-async fn nudge(env: &Env, name: &str) {
+pub(crate) async fn nudge(env: &Env, name: &str) {
     let patch = json!({"metadata": {"annotations": {"test/nudge": chrono::Utc::now().to_rfc3339()}}});
     sms(env)
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
@@ -140,7 +140,7 @@ async fn nudge(env: &Env, name: &str) {
 /// Act as the bootstrap provider (the data Secret is "written"), then let the LibvirtMachine
 /// controller provision the VM on the test host, so CAPI (simulated) links the Node its
 /// emulated kubelet registers.
-async fn provision(env: &Env, name: &str) {
+pub(crate) async fn provision(env: &Env, name: &str) {
     let ignition =
         json!({"status": {"ready": true, "dataSecretName": name, "initialization": {"dataSecretCreated": true}}});
     ignition_configs(&env.client)
@@ -154,7 +154,7 @@ async fn provision(env: &Env, name: &str) {
     .await;
 }
 
-async fn wait_running(env: &Env, name: &str) {
+pub(crate) async fn wait_running(env: &Env, name: &str) {
     wait_until(&format!("{name} Ready (Machine Running)"), || async {
         sms(env)
             .get(name)
@@ -166,7 +166,7 @@ async fn wait_running(env: &Env, name: &str) {
     .await;
 }
 
-fn pod(name: &str, node: &str, labels: serde_json::Value, annotations: serde_json::Value) -> Pod {
+pub(crate) fn pod(name: &str, node: &str, labels: serde_json::Value, annotations: serde_json::Value) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": labels, "annotations": annotations},
@@ -584,7 +584,7 @@ async fn a_v1beta2_only_capi_gets_v1beta2_machines() {
 }
 
 /// The taints on Node `name`, as `key=value:Effect`.
-async fn node_taints(env: &Env, name: &str) -> Vec<String> {
+pub(crate) async fn node_taints(env: &Env, name: &str) -> Vec<String> {
     let node = Api::<Node>::all(env.client.clone()).get(name).await.unwrap();
     node.spec
         .and_then(|s| s.taints)

@@ -14,6 +14,7 @@ mod observe;
 pub mod overrides;
 pub mod plan;
 pub mod taints;
+mod window;
 
 use std::{
     collections::HashMap,
@@ -191,6 +192,9 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
                 .map_err(ApiError::write("status"))?;
         }
         report_transition(sm, ctx, &current, &decision.status, seen.now).await;
+        if let Some(lag) = decision.schedulable_lag {
+            report_schedulable(sm, ctx, lag).await;
+        }
     }
     state.record_phase(ObjectRef::from_obj(sm), decision.status.phase);
 
@@ -284,6 +288,23 @@ async fn report_transition(
         to.as_str(),
         "PhaseTransition",
         note,
+    )
+    .await;
+}
+
+/// The Node took pods `lag` after its window opened: the histogram and an Event.
+async fn report_schedulable(sm: &ScheduledMachine, ctx: &Context, lag: Duration) {
+    ctx.metrics.edge_schedulable_lag.observe(lag.as_secs_f64());
+    publish_event(
+        &ctx.recorder,
+        &sm.object_ref(&()),
+        EventType::Normal,
+        "Schedulable",
+        "NodeSchedulable",
+        format!(
+            "the Node took pods {} after the window opened",
+            crate::schedule::format_duration(lag)
+        ),
     )
     .await;
 }

@@ -1,6 +1,9 @@
 //! Reading the world for one ScheduledMachine reconcile: the spec's validity, our Machine (from
 //! the watch cache), our bootstrap and infrastructure objects, and the Machine's Node.
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
     Api, ResourceExt,
@@ -12,25 +15,27 @@ use super::{
     CORDONED_BY_ANNOTATION, Error,
     objects::{self, SCHEDULED_MACHINE_LABEL},
     overrides,
-    plan::{MachineSeen, NodeSeen, Observed, Validity},
+    plan::{MachineSeen, NodeSeen, Observed, Timing, Validity},
     taints,
 };
 use crate::{
     api::{
         ScheduledMachine,
         capi::MachineView,
-        scheduled_machine::{CreatedObjectReference, Reason, ScheduledMachineSpec, ScheduledReason},
+        scheduled_machine::{CreatedObjectReference, EndPolicy, Reason, ScheduledMachineSpec, ScheduledReason},
     },
     reconcile::{ApiError, Context},
-    schedule::{Schedule, parse_duration},
+    schedule::{Margins, Schedule, parse_duration},
 };
 
 /// Annotation the kubelet puts on static (mirror) pods; a drain cannot evict them.
 const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
-/// Validate the spec and evaluate the schedule at `now`.
+/// Validate the spec and evaluate the schedule at `now`, with the lead time (`auto` learns from
+/// `history`, the status's provisioning durations) and the end policy. The edge is left for
+/// [`window_edge`]. The schedule comes back too, for the edge.
 #[must_use]
-pub fn validity(spec: &ScheduledMachineSpec, now: chrono::DateTime<chrono::Utc>) -> Validity {
+pub fn validity(spec: &ScheduledMachineSpec, history: &[String], now: DateTime<Utc>) -> (Validity, Option<Schedule>) {
     let parsed = objects::validate(spec)
         .map_err(|e| (Reason::from(e.reason()), e.to_string()))
         .and_then(|()| Schedule::parse(&spec.schedule).map_err(|e| (e.reason().into(), format!("spec.{e}"))))
@@ -44,34 +49,50 @@ pub fn validity(spec: &ScheduledMachineSpec, now: chrono::DateTime<chrono::Utc>)
         });
     match parsed {
         Ok((schedule, drain_timeout, graceful_timeout)) => {
-            let evaluation = schedule.evaluate(now);
-            Validity::Valid {
-                active: evaluation.active,
-                next_transition: evaluation.next_transition,
+            let history: Vec<Duration> = history.iter().filter_map(|d| parse_duration("", d).ok()).collect();
+            let lead = schedule.lead_time().resolve(&history);
+            let drain_before_end = spec.schedule.end_policy == EndPolicy::DrainBeforeEnd;
+            let margins = Margins {
+                lead,
+                drain_ahead: if drain_before_end {
+                    graceful_timeout
+                } else {
+                    Duration::ZERO
+                },
+            };
+            let timing = Timing {
+                plan: schedule.plan(now, margins),
+                lead: spec.schedule.lead_time.is_some().then_some(lead),
+                edge: None,
+                drain_before_end,
                 drain_timeout,
                 graceful_timeout,
-            }
+            };
+            (Validity::Valid(timing), Some(schedule))
         }
-        Err((reason, message)) => Validity::Invalid { reason, message },
+        Err((reason, message)) => (Validity::Invalid { reason, message }, None),
+    }
+}
+
+/// The opening edge a new window's record is measured from: the open run's start, or the next
+/// opening during the lead time.
+fn window_edge(validity: &mut Validity, schedule: Option<&Schedule>, now: DateTime<Utc>) {
+    if let (Validity::Valid(timing), Some(schedule)) = (validity, schedule) {
+        timing.edge = if timing.plan.open {
+            schedule.last_opening(now)
+        } else {
+            timing.plan.next_edge
+        };
     }
 }
 
 /// Let the override annotations decide a valid schedule's state; a malformed one makes the
 /// spec invalid.
-fn with_overrides(
-    sm: &ScheduledMachine,
-    now: chrono::DateTime<chrono::Utc>,
-    validity: &mut Validity,
-) -> overrides::Overrides {
+fn with_overrides(sm: &ScheduledMachine, now: DateTime<Utc>, validity: &mut Validity) -> overrides::Overrides {
     match overrides::read(sm.annotations(), now) {
         Ok(read) => {
-            if let Validity::Valid {
-                active,
-                next_transition,
-                ..
-            } = validity
-            {
-                (*active, *next_transition) = overrides::apply(*active, *next_transition, read.forced.as_ref());
+            if let Validity::Valid(timing) = validity {
+                timing.plan = overrides::apply(timing.plan, read.forced.as_ref());
             }
             read
         }
@@ -91,7 +112,11 @@ pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<Dyna
     let namespace = sm.namespace().unwrap_or_default();
     let now = ctx.clock.now();
     let refs = objects::references(&name, &sm.spec, ctx.capi);
-    let mut validity = validity(&sm.spec, now);
+    let history = sm
+        .status
+        .as_ref()
+        .map_or(&[][..], |s| s.provisioning_durations.as_slice());
+    let (mut validity, schedule) = validity(&sm.spec, history, now);
     let read = with_overrides(sm, now, &mut validity);
 
     let machine_ref = ObjectRef::new_with(&name, ctx.capi.machine()).within(&namespace);
@@ -118,7 +143,11 @@ pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<Dyna
         )
     };
 
-    let wanted_active = matches!(validity, Validity::Valid { active: true, .. });
+    if machine.is_none() {
+        // Only a window about to be created needs its edge (finding it scans back).
+        window_edge(&mut validity, schedule.as_ref(), now);
+    }
+    let wanted_active = matches!(&validity, Validity::Valid(t) if t.plan.wanted);
     let node = match machine.as_ref().and_then(|m| m.node_name.clone()) {
         Some(node_name) => node_seen(ctx, &node_name, &namespace, &name, wanted_active).await?,
         None => None,

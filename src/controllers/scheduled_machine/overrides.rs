@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
+use crate::schedule::Plan;
+
 /// Keep the machine on until this instant.
 pub const FORCE_ON_UNTIL: &str = "5spot.finos.org/force-on-until";
 /// Keep the machine off until this instant.
@@ -72,17 +74,18 @@ pub fn read(annotations: &BTreeMap<String, String>, now: DateTime<Utc>) -> Resul
     Ok(overrides)
 }
 
-/// The schedule's `(active, next_transition)` under `forced`: the override's state until its
-/// instant, when the schedule decides again.
+/// The schedule's plan under `forced`: the override's state, for the window and the machine
+/// alike, until its instant, when the schedule decides again.
 #[must_use]
-pub fn apply(
-    active: bool,
-    next_transition: Option<DateTime<Utc>>,
-    forced: Option<&Forced>,
-) -> (bool, Option<DateTime<Utc>>) {
+pub fn apply(plan: Plan, forced: Option<&Forced>) -> Plan {
     match forced {
-        Some(f) => (f.active, Some(f.until)),
-        None => (active, next_transition),
+        Some(f) => Plan {
+            open: f.active,
+            next_edge: Some(f.until),
+            wanted: f.active,
+            next_wanted_change: Some(f.until),
+        },
+        None => plan,
     }
 }
 
@@ -104,19 +107,27 @@ mod tests {
         let o = read(&annotations(&[(FORCE_ON_UNTIL, "2026-12-07T20:00:00-05:00")]), now).unwrap();
         let forced = o.forced.unwrap();
         assert_eq!((forced.active, forced.until), (true, at("2026-12-08T01:00:00Z")));
+        let closed = Plan {
+            open: false,
+            next_edge: Some(now),
+            wanted: false,
+            next_wanted_change: None,
+        };
+        let until = Some(at("2026-12-08T01:00:00Z"));
         assert_eq!(
-            apply(false, None, Some(&forced)),
-            (true, Some(at("2026-12-08T01:00:00Z")))
+            apply(closed, Some(&forced)),
+            Plan {
+                open: true,
+                next_edge: until,
+                wanted: true,
+                next_wanted_change: until
+            }
         );
         assert_eq!(
             forced.note(),
             "forced on by 5spot.finos.org/force-on-until until 2026-12-08T01:00:00Z"
         );
-        assert_eq!(
-            apply(false, Some(now), None),
-            (false, Some(now)),
-            "no override, the schedule's answer"
-        );
+        assert_eq!(apply(closed, None), closed, "no override, the schedule's answer");
     }
 
     #[test]

@@ -13,18 +13,24 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use k8s_openapi::{api::core::v1::Taint, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 
 use super::{
     objects::CreatedRefs,
     overrides::Forced,
     taints::{self, TaintId, TaintUpdate},
+    window,
 };
-use crate::api::{
-    condition::{self, DesiredCondition, Status},
-    node_taint::NodeTaint,
-    scheduled_machine::{NodeReference, Phase, Reason, ScheduledCondition, ScheduledMachineStatus, ScheduledReason},
+use crate::{
+    api::{
+        condition::{self, DesiredCondition, Status},
+        node_taint::NodeTaint,
+        scheduled_machine::{
+            NodeReference, Phase, Reason, ScheduledCondition, ScheduledMachineStatus, ScheduledReason,
+        },
+    },
+    schedule::{Plan, format_duration},
 };
 
 /// Drain and grace bound used when the spec's own cannot be read (the CRD's default).
@@ -40,17 +46,8 @@ pub const REMOVAL_RECHECK: Duration = Duration::from_secs(2);
 /// The schedule evaluated now, or why it cannot be.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Validity {
-    /// The spec is usable; the window state at `now`.
-    Valid {
-        /// Whether the window is open.
-        active: bool,
-        /// When that changes next, if ever.
-        next_transition: Option<DateTime<Utc>>,
-        /// Bound on draining the Node.
-        drain_timeout: Duration,
-        /// Bound on the whole graceful removal.
-        graceful_timeout: Duration,
-    },
+    /// The spec is usable; what the schedule says now.
+    Valid(Timing),
     /// The spec cannot be used.
     Invalid {
         /// Bounded reason.
@@ -58,6 +55,24 @@ pub enum Validity {
         /// What is wrong, naming the field.
         message: String,
     },
+}
+
+/// A usable schedule at the reconcile's instant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// The window and the machine's wanted life (lead time, end policy and overrides applied).
+    pub plan: Plan,
+    /// The lead time in effect, when `leadTime` is set.
+    pub lead: Option<Duration>,
+    /// The opening edge of the open window, or of the next one during the lead; `None` when
+    /// unknown (forced on, or open for longer than the engine looks back).
+    pub edge: Option<DateTime<Utc>>,
+    /// `endPolicy: DrainBeforeEnd`.
+    pub drain_before_end: bool,
+    /// Bound on draining the Node.
+    pub drain_timeout: Duration,
+    /// Bound on the whole graceful removal.
+    pub graceful_timeout: Duration,
 }
 
 /// The Machine as observed.
@@ -173,13 +188,17 @@ pub struct Decision {
     pub requeue: Option<Duration>,
     /// Deletion may complete: nothing is left.
     pub release_finalizer: bool,
+    /// The Node becomes schedulable with this decision, this long after the window opened.
+    pub schedulable_lag: Option<Duration>,
 }
 
-fn time(t: DateTime<Utc>) -> Option<Time> {
+/// `t` as a Kubernetes time, to the millisecond.
+pub fn time(t: DateTime<Utc>) -> Option<Time> {
     Timestamp::from_millisecond(t.timestamp_millis()).ok().map(Time)
 }
 
-fn chrono_of(t: &Time) -> Option<DateTime<Utc>> {
+/// A Kubernetes time as a `chrono` instant.
+pub fn chrono_of(t: &Time) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_millis(t.0.as_millisecond())
 }
 
@@ -197,41 +216,78 @@ fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 /// A phase, the action it takes and the status message.
 type Step = (Phase, Action, String);
 
-/// The window is open and wanted: create, wait for the old Machine, or keep it.
-fn open_step(seen: &Observed) -> Step {
-    match &seen.machine {
-        None => (
-            Phase::Pending,
-            Action::Create,
-            "window open; creating the Machine".to_owned(),
-        ),
-        Some(m) if m.deleting => (
-            Phase::Pending,
-            Action::None,
-            "window open; waiting for the previous Machine to go".to_owned(),
-        ),
-        Some(_) => match &seen.node {
-            Some(node) if node.cordoned_by_us => (
-                Phase::Active,
-                Action::Uncordon {
-                    node: node.name.clone(),
-                },
-                "window reopened during shutdown; keeping the Machine".to_owned(),
+/// The machine is wanted (the window is open, or opens within the lead time): create, wait for
+/// the old Machine, or keep it and its Node's taints.
+fn open_step(seen: &Observed, timing: &Timing) -> Step {
+    let open = timing.plan.open;
+    let (creating, waiting, kept) = if open {
+        (
+            (Phase::Pending, "window open; creating the Machine".to_owned()),
+            "window open; waiting for the previous Machine to go",
+            (Phase::Active, "window open; Machine exists".to_owned()),
+        )
+    } else {
+        let opens = timing.edge.map_or_else(
+            || "soon".to_owned(),
+            |t| format!("at {}", t.to_rfc3339_opts(SecondsFormat::Secs, true)),
+        );
+        let lead = timing
+            .lead
+            .map_or_else(String::new, |l| format!(" (leadTime {})", format_duration(l)));
+        (
+            (
+                Phase::Preparing,
+                format!("window opens {opens}{lead}; creating the Machine ahead of it"),
             ),
-            Some(node) if node.ready => match taints::reconcile(&node.taints, &node.owned_taints, &seen.node_taints) {
-                Some(update) => (
-                    Phase::Active,
-                    Action::SetTaints {
-                        node: node.name.clone(),
-                        resource_version: node.resource_version.clone(),
-                        update,
-                    },
-                    "window open; applying spec.nodeTaints to the Node".to_owned(),
+            "window opens soon; waiting for the previous Machine to go",
+            (
+                Phase::Preparing,
+                format!(
+                    "window opens {opens}{lead}; the Node waits with taint {}",
+                    taints::WINDOW_CLOSED_TAINT
                 ),
-                None => (Phase::Active, Action::None, "window open; Machine exists".to_owned()),
+            ),
+        )
+    };
+    let Some(machine) = &seen.machine else {
+        return (creating.0, Action::Create, creating.1);
+    };
+    if machine.deleting {
+        return (creating.0, Action::None, waiting.to_owned());
+    }
+    let Some(node) = &seen.node else {
+        return (kept.0, Action::None, kept.1);
+    };
+    if node.cordoned_by_us {
+        return (
+            kept.0,
+            Action::Uncordon {
+                node: node.name.clone(),
             },
-            _ => (Phase::Active, Action::None, "window open; Machine exists".to_owned()),
-        },
+            "window reopened during shutdown; keeping the Machine".to_owned(),
+        );
+    }
+    let wanted = taints::wanted(&seen.node_taints, node.ready, &node.owned_taints, open);
+    match taints::reconcile(&node.taints, &node.owned_taints, &wanted) {
+        Some(update) => {
+            let what = if open && taints::window_closed(&node.taints) {
+                "window open; releasing the Node for pods".to_owned()
+            } else if open {
+                "window open; applying spec.nodeTaints to the Node".to_owned()
+            } else {
+                kept.1
+            };
+            (
+                kept.0,
+                Action::SetTaints {
+                    node: node.name.clone(),
+                    resource_version: node.resource_version.clone(),
+                    update,
+                },
+                what,
+            )
+        }
+        None => (kept.0, Action::None, kept.1),
     }
 }
 
@@ -257,6 +313,11 @@ fn idle_step(seen: &Observed) -> Step {
         (Phase::Error, message.clone())
     } else if !seen.enabled {
         (Phase::Disabled, "schedule disabled".to_owned())
+    } else if matches!(&seen.validity, Validity::Valid(t) if t.plan.open) {
+        (
+            Phase::Inactive,
+            "removed ahead of the window's end (endPolicy DrainBeforeEnd)".to_owned(),
+        )
     } else {
         (Phase::Inactive, "outside the schedule window".to_owned())
     };
@@ -291,6 +352,8 @@ fn shutdown_step(
         "spec invalid"
     } else if !seen.enabled {
         "schedule disabled"
+    } else if matches!(&seen.validity, Validity::Valid(t) if t.plan.open) {
+        "window closing (endPolicy DrainBeforeEnd)"
     } else {
         "window closed"
     };
@@ -340,22 +403,21 @@ fn shutdown_step(
 #[must_use]
 pub fn decide(current: &ScheduledMachineStatus, seen: &Observed) -> Decision {
     let now = seen.now;
-    let (valid, active, next_transition, drain_timeout, graceful_timeout) = match &seen.validity {
-        Validity::Valid {
-            active,
-            next_transition,
-            drain_timeout,
-            graceful_timeout,
-        } => (true, *active, *next_transition, *drain_timeout, *graceful_timeout),
-        // An unusable spec may have unusable timeouts too: remove with the defaults.
-        Validity::Invalid { .. } => (false, false, None, DEFAULT_TIMEOUT, DEFAULT_TIMEOUT),
+    let timing = match &seen.validity {
+        Validity::Valid(timing) => Some(timing),
+        Validity::Invalid { .. } => None,
     };
-    let wanted = !seen.deleting && !seen.kill_switch && seen.enabled && valid && active;
+    // An unusable spec may have unusable timeouts too: remove with the defaults.
+    let (drain_timeout, graceful_timeout) = timing.map_or((DEFAULT_TIMEOUT, DEFAULT_TIMEOUT), |t| {
+        (t.drain_timeout, t.graceful_timeout)
+    });
+    let valid = timing.is_some();
+    let wanted_timing = timing.filter(|t| !seen.deleting && !seen.kill_switch && seen.enabled && t.plan.wanted);
     let anything_exists = seen.machine.is_some() || seen.bootstrap_exists || seen.infrastructure_exists;
     let mut shutdown_started = None;
     let mut requeue = None;
-    let (phase, action, message) = if wanted {
-        open_step(seen)
+    let (phase, action, message) = if let Some(timing) = wanted_timing {
+        open_step(seen, timing)
     } else if seen.kill_switch {
         killed_step(seen)
     } else if !anything_exists {
@@ -367,29 +429,25 @@ pub fn decide(current: &ScheduledMachineStatus, seen: &Observed) -> Decision {
         (Phase::ShuttingDown, shutdown.action, shutdown.message)
     };
 
+    let next_change = timing.and_then(|t| t.plan.next_change());
     if valid && !seen.deleting {
-        requeue = earliest(requeue, next_transition.map(|t| until(now, t)));
+        requeue = earliest(requeue, next_change.map(|t| until(now, t)));
     }
     let message = match &seen.forced {
         Some(forced) => format!("{message} ({})", forced.note()),
         None => message,
     };
     let release_finalizer = seen.deleting && !anything_exists;
-    let status = build_status(
-        current,
-        seen,
-        phase,
-        message,
-        shutdown_started,
-        next_transition,
-        active,
-        valid,
-    );
+    let moments = window::advance(current, seen, timing, phase, &action);
+    let mut status = build_status(current, seen, phase, message, shutdown_started, timing);
+    status.window = moments.record;
+    status.provisioning_durations = moments.provisioning_durations;
     Decision {
         action,
         status,
         requeue,
         release_finalizer,
+        schedulable_lag: moments.schedulable_lag,
     }
 }
 
@@ -437,32 +495,27 @@ fn desired_conditions(seen: &Observed, phase: Phase, message: &str) -> [DesiredC
     ]
 }
 
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one call site; the arguments are the decision's parts"
-)]
 fn build_status(
     current: &ScheduledMachineStatus,
     seen: &Observed,
     phase: Phase,
     message: String,
     shutdown_started: Option<DateTime<Utc>>,
-    next_transition: Option<DateTime<Utc>>,
-    active: bool,
-    valid: bool,
+    timing: Option<&Timing>,
 ) -> ScheduledMachineStatus {
     let now_time = time(seen.now).unwrap_or(Time(Timestamp::UNIX_EPOCH));
     let desired = desired_conditions(seen, phase, &message);
     let conditions = condition::merge_all(&current.conditions, &desired, &now_time, seen.generation);
     let exists = |present: bool, r: &crate::api::scheduled_machine::CreatedObjectReference| present.then(|| r.clone());
-    let next = next_transition.and_then(time);
+    let open = timing.is_some_and(|t| t.plan.open);
+    let next_edge = timing.and_then(|t| t.plan.next_edge).and_then(time);
     ScheduledMachineStatus {
         phase: Some(phase),
         message: Some(message),
-        in_schedule: valid.then_some(active),
-        next_activation: if active { None } else { next.clone() },
-        next_cleanup: if active { next.clone() } else { None },
-        next_transition: next,
+        in_schedule: timing.map(|_| open),
+        next_activation: if open { None } else { next_edge.clone() },
+        next_cleanup: if open { next_edge } else { None },
+        next_transition: timing.and_then(|t| t.plan.next_change()).and_then(time),
         machine_ref: exists(seen.machine.is_some(), &seen.refs.machine),
         bootstrap_ref: seen
             .refs
@@ -477,6 +530,9 @@ fn build_status(
             .map(|name| NodeReference { name }),
         provider_id: seen.machine.as_ref().and_then(|m| m.provider_id.clone()),
         shutdown_started_at: shutdown_started.and_then(time),
+        lead_time: timing.and_then(|t| t.lead).map(format_duration),
+        provisioning_durations: Vec::new(),
+        window: None,
         conditions,
         observed_generation: seen.generation,
     }

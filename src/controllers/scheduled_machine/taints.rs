@@ -8,10 +8,40 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Taint;
 
-use crate::api::node_taint::NodeTaint;
+use crate::api::node_taint::{NodeTaint, TaintEffect};
 
 /// Annotation on the Node listing the taints this manager put there, as `key:Effect,…`.
 pub const OWNED_TAINTS_ANNOTATION: &str = "5spot.finos.org/owned-taints";
+
+/// NoSchedule taint that holds a Node provisioned ahead of its window (`leadTime`) until the
+/// window opens.
+pub const WINDOW_CLOSED_TAINT: &str = "5spot.finos.org/window-closed";
+
+/// What the Node should carry: `spec.nodeTaints` once it is Ready (before that, only those
+/// already applied, so a Node that turns NotReady for a moment keeps them), and
+/// [`WINDOW_CLOSED_TAINT`] while the window is not yet open.
+#[must_use]
+pub fn wanted(spec: &[NodeTaint], ready: bool, owned: &BTreeSet<TaintId>, window_open: bool) -> Vec<NodeTaint> {
+    let mut wanted: Vec<NodeTaint> = spec
+        .iter()
+        .filter(|t| ready || owned.contains(&(t.key.clone(), t.effect.as_str().to_owned())))
+        .cloned()
+        .collect();
+    if !window_open {
+        wanted.push(NodeTaint {
+            key: WINDOW_CLOSED_TAINT.to_owned(),
+            value: None,
+            effect: TaintEffect::NoSchedule,
+        });
+    }
+    wanted
+}
+
+/// Whether `taints` still hold the Node back for its window.
+#[must_use]
+pub fn window_closed(taints: &[Taint]) -> bool {
+    taints.iter().any(|t| t.key == WINDOW_CLOSED_TAINT)
+}
 
 /// A taint's identity on a Node: its key and effect.
 pub type TaintId = (String, String);
@@ -91,7 +121,6 @@ fn kept_time(current: &[Taint], mut t: Taint) -> Taint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::node_taint::TaintEffect;
 
     fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
         Taint {
@@ -198,6 +227,28 @@ mod tests {
         let current = [taint("shared", Some("theirs"), "NoSchedule")];
         let spec = [wanted("shared", Some("ours"), TaintEffect::NoSchedule)];
         assert_eq!(reconcile(&current, &BTreeSet::new(), &spec), None);
+    }
+
+    #[test]
+    fn the_window_closed_taint_holds_an_early_node_and_goes_at_the_edge() {
+        let spec = [wanted("spot.example.com/ephemeral", None, TaintEffect::NoSchedule)];
+        // Not Ready yet, before the window: only the window-closed taint.
+        let early = super::wanted(&spec, false, &BTreeSet::new(), false);
+        let update = reconcile(&[], &BTreeSet::new(), &early).unwrap();
+        assert_eq!(update.taints, [taint(WINDOW_CLOSED_TAINT, None, "NoSchedule")]);
+        assert!(window_closed(&update.taints));
+        // Ready before the window: the spec's taints join it.
+        let ready = super::wanted(&spec, true, &update.owned, false);
+        let update = reconcile(&update.taints, &update.owned, &ready).unwrap();
+        assert_eq!(update.taints.len(), 2);
+        // A moment NotReady keeps what was applied.
+        let blip = super::wanted(&spec, false, &update.owned, false);
+        assert_eq!(reconcile(&update.taints, &update.owned, &blip), None);
+        // The window opens: only the window-closed taint goes.
+        let open = super::wanted(&spec, true, &update.owned, true);
+        let update = reconcile(&update.taints, &update.owned, &open).unwrap();
+        assert_eq!(update.taints, [taint("spot.example.com/ephemeral", None, "NoSchedule")]);
+        assert!(!window_closed(&update.taints));
     }
 
     #[test]

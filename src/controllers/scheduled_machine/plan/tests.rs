@@ -1,5 +1,6 @@
 use super::*;
 use crate::api::{ScheduledMachine, capi::CapiVersion, scheduled_machine::ScheduledCondition};
+use crate::controllers::scheduled_machine::taints;
 
 fn at(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
@@ -12,12 +13,20 @@ fn refs() -> CreatedRefs {
 }
 
 fn valid(active: bool) -> Validity {
-    Validity::Valid {
-        active,
-        next_transition: Some(at("2026-12-01T17:00:00Z")),
+    let next = Some(at("2026-12-01T17:00:00Z"));
+    Validity::Valid(Timing {
+        plan: Plan {
+            open: active,
+            next_edge: next,
+            wanted: active,
+            next_wanted_change: next,
+        },
+        lead: None,
+        edge: None,
+        drain_before_end: false,
         drain_timeout: Duration::from_secs(300),
         graceful_timeout: Duration::from_secs(600),
-    }
+    })
 }
 
 fn observed(active: bool) -> Observed {
@@ -336,5 +345,166 @@ fn a_ready_node_gets_the_spec_taints_and_then_nothing_more() {
         decide(&ScheduledMachineStatus::default(), &not_ready).action,
         Action::None,
         "taints wait for a Ready Node"
+    );
+}
+
+/// A schedule opening at 09:00 and closing at 17:00 on 2026-12-01, with a 10-minute lead and
+/// the world at `now`.
+fn lead_observed(now: &str) -> Observed {
+    let now = at(now);
+    let (opens, closes) = (at("2026-12-01T09:00:00Z"), at("2026-12-01T17:00:00Z"));
+    let lead = Duration::from_secs(600);
+    let open = now >= opens && now < closes;
+    let wanted = now >= opens - chrono::Duration::minutes(10) && now < closes;
+    let mut o = observed(open);
+    o.now = now;
+    o.validity = Validity::Valid(Timing {
+        plan: Plan {
+            open,
+            next_edge: Some(if open { closes } else { opens }),
+            wanted,
+            next_wanted_change: Some(if wanted {
+                closes
+            } else {
+                opens - chrono::Duration::minutes(10)
+            }),
+        },
+        lead: Some(lead),
+        edge: Some(opens),
+        drain_before_end: false,
+        drain_timeout: Duration::from_secs(300),
+        graceful_timeout: Duration::from_secs(600),
+    });
+    o
+}
+
+fn taint_update(d: &Decision) -> TaintUpdate {
+    match &d.action {
+        Action::SetTaints { update, .. } => update.clone(),
+        other => panic!("expected a taint write, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_lead_time_window_is_provisioned_early_held_tainted_and_released_at_the_edge() {
+    // 08:50: the lead begins. Create, as phase Preparing, and wake at the edge.
+    let d = decide(
+        &ScheduledMachineStatus::default(),
+        &lead_observed("2026-12-01T08:50:00Z"),
+    );
+    assert_eq!(
+        (d.action.clone(), d.status.phase),
+        (Action::Create, Some(Phase::Preparing))
+    );
+    assert_eq!(d.requeue, Some(Duration::from_secs(600)));
+    assert_eq!(d.status.in_schedule, Some(false));
+    assert_eq!(d.status.lead_time.as_deref(), Some("10m0s"));
+    let record = d.status.window.clone().unwrap();
+    assert_eq!(
+        record.opens_at.and_then(|t| chrono_of(&t)),
+        Some(at("2026-12-01T09:00:00Z"))
+    );
+    assert_eq!(
+        record.provisioning_started_at.and_then(|t| chrono_of(&t)),
+        Some(at("2026-12-01T08:50:00Z"))
+    );
+    assert!(d.status.message.as_deref().unwrap().contains("leadTime 10m0s"));
+    // A second create pass keeps the record it started.
+    let again = decide(&d.status, &lead_observed("2026-12-01T08:50:01Z"));
+    assert_eq!(again.status.window, d.status.window);
+
+    // 08:53: the Node registers, not Ready yet: it gets the window-closed taint at once.
+    let mut o = with_machine(lead_observed("2026-12-01T08:53:00Z"), "Provisioned");
+    o.node = node(0, false, false);
+    o.node.as_mut().unwrap().ready = false;
+    let d = decide(&d.status, &o);
+    let update = taint_update(&d);
+    assert!(taints::window_closed(&update.taints));
+    assert_eq!(d.status.phase, Some(Phase::Preparing));
+    assert!(d.status.window.as_ref().unwrap().node_ready_at.is_none());
+
+    // 08:54: Ready, still tainted: nothing to write, but the provisioning took 4 minutes.
+    let mut o = with_machine(lead_observed("2026-12-01T08:54:00Z"), "Running");
+    o.node = node(0, false, false);
+    let n = o.node.as_mut().unwrap();
+    (n.taints, n.owned_taints) = (update.taints.clone(), update.owned.clone());
+    let d = decide(&d.status, &o);
+    assert_eq!(d.action, Action::None);
+    assert_eq!(d.status.provisioning_durations, ["4m0s"]);
+    assert!(d.schedulable_lag.is_none(), "not schedulable before the edge");
+    assert_eq!(
+        reason(&d.status, ScheduledCondition::Ready.as_str()),
+        "Preparing",
+        "not Ready before the window"
+    );
+
+    // 09:00:00.005: the window opens; the taint comes off and the Node is schedulable 5 ms late.
+    let mut edge = o.clone();
+    edge.now = at("2026-12-01T09:00:00.005Z");
+    edge.validity = lead_observed("2026-12-01T09:00:00.005Z").validity;
+    let d = decide(&d.status, &edge);
+    assert!(!taints::window_closed(&taint_update(&d).taints));
+    assert_eq!(d.status.phase, Some(Phase::Active));
+    assert_eq!(d.schedulable_lag, Some(Duration::from_millis(5)));
+    let record = d.status.window.clone().unwrap();
+    assert_eq!(record.schedulable_lag.as_deref(), Some("5ms"));
+    assert_eq!(d.status.provisioning_durations, ["4m0s"], "counted once");
+
+    // Afterwards the record stands and nothing is measured again.
+    let mut after = edge;
+    after.now = at("2026-12-01T09:00:01Z");
+    let n = after.node.as_mut().unwrap();
+    let update = taint_update(&d);
+    (n.taints, n.owned_taints) = (update.taints, update.owned);
+    let later = decide(&d.status, &after);
+    assert_eq!(later.action, Action::None);
+    assert!(later.schedulable_lag.is_none());
+    assert_eq!(later.status.window, d.status.window);
+}
+
+#[test]
+fn a_late_node_is_measured_from_the_edge_and_history_is_capped() {
+    // No lead time worth the name: created at the edge, Ready and schedulable four minutes on.
+    let mut o = lead_observed("2026-12-01T09:00:00Z");
+    let mut status = ScheduledMachineStatus {
+        provisioning_durations: ["1m0s", "2m0s", "3m0s", "4m0s", "5m0s"].map(String::from).to_vec(),
+        ..ScheduledMachineStatus::default()
+    };
+    status = decide(&status, &o).status;
+    assert_eq!(status.phase, Some(Phase::Pending));
+    o = with_machine(lead_observed("2026-12-01T09:04:00Z"), "Running");
+    o.node = node(0, false, false);
+    let d = decide(&status, &o);
+    assert_eq!(d.action, Action::None);
+    assert_eq!(d.schedulable_lag, Some(Duration::from_secs(240)));
+    assert_eq!(d.status.window.unwrap().schedulable_lag.as_deref(), Some("4m0s"));
+    assert_eq!(
+        d.status.provisioning_durations,
+        ["2m0s", "3m0s", "4m0s", "5m0s", "4m0s"],
+        "the last five, oldest first"
+    );
+}
+
+#[test]
+fn drain_before_end_removes_the_machine_while_the_window_is_still_open() {
+    let mut o = with_machine(lead_observed("2026-12-01T16:50:00Z"), "Running");
+    o.node = node(1, false, false);
+    if let Validity::Valid(t) = &mut o.validity {
+        t.plan.wanted = false;
+        t.plan.next_wanted_change = None;
+        t.drain_before_end = true;
+    }
+    let d = decide(&ScheduledMachineStatus::default(), &o);
+    assert_eq!(d.action, Action::Drain { node: "w".into() });
+    assert_eq!(d.status.phase, Some(Phase::ShuttingDown));
+    assert_eq!(d.status.in_schedule, Some(true));
+    assert!(
+        d.status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("endPolicy DrainBeforeEnd"),
+        "{:?}",
+        d.status.message
     );
 }
