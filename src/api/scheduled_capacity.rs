@@ -42,7 +42,7 @@ use super::{condition::Condition, scheduled_machine::ScheduleSpec};
         name = "Next",
         type_ = "string",
         json_path = ".status.nextTransition",
-        description = "When the schedule next switches (UTC)"
+        description = "When the wanted count or the window next changes (UTC)"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -52,8 +52,10 @@ pub struct ScheduledCapacitySpec {
     /// the schedule. Only that field is written, with server-side apply and never by force.
     pub target_ref: CapacityTargetReference,
     /// When the target runs `onReplicas`: day and hour lists or cron with a duration, with
-    /// timezone, exclusions and inclusions, as a ScheduledMachine's schedule. `enabled: false`
-    /// holds it at `offReplicas`.
+    /// timezone, exclusions and inclusions, as a ScheduledMachine's schedule. `leadTime` raises
+    /// the count that much before the window opens (`auto` is zero here: there is no
+    /// provisioning history); `endPolicy` does not apply. `enabled: false` holds it at
+    /// `offReplicas`.
     pub schedule: ScheduleSpec,
     /// `spec.replicas` while the schedule is on.
     #[schemars(range(min = 0))]
@@ -85,13 +87,14 @@ pub struct CapacityTargetReference {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduledCapacityStatus {
-    /// Whether the schedule (or an override annotation) is on now.
+    /// Whether the window (or an override annotation) is on now; `leadTime` raises the count
+    /// before this turns true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_schedule: Option<bool>,
     /// The replica count the schedule wants now: `onReplicas` or `offReplicas`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_replicas: Option<i32>,
-    /// When the schedule next switches between on and off.
+    /// When the wanted count or `inSchedule` next changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_transition: Option<Time>,
     /// `Ready`, `ScheduleValid`, `ReplicasApplied`.
@@ -120,6 +123,8 @@ crate::condition_names! {
     pub enum CapacityReason {
         /// `Ready`: the schedule is on and the target has `onReplicas`.
         InSchedule,
+        /// `Ready`: the window opens within `leadTime` and the target has `onReplicas` already.
+        AheadOfWindow,
         /// `Ready`: the schedule is off (or disabled) and the target has `offReplicas`.
         OutsideSchedule,
         /// `ScheduleValid`: the schedule is usable.

@@ -278,8 +278,18 @@ async fn a_machine_set_follows_on_a_v1beta2_server_and_one_a_deployment_controls
 }
 
 #[tokio::test]
-async fn an_exclusion_holds_off_replicas_and_a_force_off_override_beats_the_window() {
+async fn lead_time_an_exclusion_and_a_force_off_override() {
     let env = Env::start().await;
+    // Five minutes before the window: a ten-minute lead time has raised the count already.
+    env.clock.set(at("2026-12-07T13:55:00Z"));
+    target(&env, "v1beta1", "MachineDeployment", "early", None).await;
+    capacity(&env, "early", md_ref("early"), json!({"schedule": {"leadTime": "10m"}})).await;
+    wait_replicas(&env, "v1beta1", "MachineDeployment", "early", 3).await;
+    wait_reason(&env, "early", "Ready", "AheadOfWindow").await;
+    let status = scs(&env).get("early").await.unwrap().status.unwrap();
+    assert_eq!(status.in_schedule, Some(false), "the window itself opens at 14:00");
+    assert_eq!(status.next_transition.unwrap().0.to_string(), "2026-12-07T14:00:00Z");
+
     env.clock.set(at(MIDDAY));
     target(&env, "v1beta1", "MachineDeployment", "a", None).await;
     target(&env, "v1beta1", "MachineDeployment", "b", None).await;

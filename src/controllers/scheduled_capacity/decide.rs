@@ -13,20 +13,31 @@ use crate::{
         scheduled_machine::ScheduleSpec,
     },
     controllers::scheduled_machine::overrides::Forced,
-    schedule::Schedule,
+    schedule::{Margins, Plan as EnginePlan, Schedule},
 };
 
-/// Whether the schedule wants the capacity at `now`, and when that next changes.
+/// The window at `now`, and whether the capacity is wanted: from `leadTime` before the window
+/// opens until it closes.
 ///
-/// The one place the schedule's state is read, so that lead time is a change here alone. A
-/// disabled schedule is off for good (until it is enabled again).
+/// The one place the schedule's state is read. `leadTime: auto` counts as zero here: a
+/// ScheduledCapacity has no provisioning history of its own. `endPolicy` does not apply: the
+/// count drops at the closing edge, and Cluster API drains the Machines it removes. A disabled
+/// schedule is off for good (until it is enabled again).
 #[must_use]
-pub fn wanted(schedule: &Schedule, spec: &ScheduleSpec, now: DateTime<Utc>) -> (bool, Option<DateTime<Utc>>) {
+pub fn wanted(schedule: &Schedule, spec: &ScheduleSpec, now: DateTime<Utc>) -> EnginePlan {
     if !spec.enabled {
-        return (false, None);
+        return EnginePlan {
+            open: false,
+            next_edge: None,
+            wanted: false,
+            next_wanted_change: None,
+        };
     }
-    let evaluation = schedule.evaluate(now);
-    (evaluation.active, evaluation.next_transition)
+    let margins = Margins {
+        lead: schedule.lead_time().resolve(&[]),
+        drain_ahead: Duration::ZERO,
+    };
+    schedule.plan(now, margins)
 }
 
 /// The schedule's answer, override annotations included.
@@ -36,7 +47,9 @@ pub enum Plan {
     Valid {
         /// On (`onReplicas`) or off (`offReplicas`).
         on: bool,
-        /// When that next changes, if ever.
+        /// The window is open (`status.inSchedule`); off while `on` starts `leadTime` early.
+        open: bool,
+        /// When `on` or `open` next changes, if ever.
         next: Option<DateTime<Utc>>,
         /// The override that decides instead of the schedule, if one holds.
         forced: Option<Forced>,
@@ -53,19 +66,22 @@ pub enum Plan {
 }
 
 impl Plan {
-    /// The schedule `plan` computed, with the override that holds (if any) deciding instead.
+    /// The engine's `plan`, with the override that holds (if any) deciding instead until its
+    /// instant.
     #[must_use]
-    pub fn new(on: bool, next: Option<DateTime<Utc>>, forced: Option<Forced>, enabled: bool) -> Self {
+    pub fn new(plan: EnginePlan, forced: Option<Forced>, enabled: bool) -> Self {
         match forced {
             Some(f) => Self::Valid {
                 on: f.active,
+                open: f.active,
                 next: Some(f.until),
                 forced: Some(f),
                 enabled,
             },
             None => Self::Valid {
-                on,
-                next,
+                on: plan.wanted,
+                open: plan.open,
+                next: plan.next_change(),
                 forced: None,
                 enabled,
             },
@@ -190,6 +206,7 @@ fn rfc3339(t: DateTime<Utc>) -> String {
 fn schedule_note(seen: &Observed) -> String {
     let Plan::Valid {
         on,
+        open,
         next,
         forced,
         enabled,
@@ -203,9 +220,13 @@ fn schedule_note(seen: &Observed) -> String {
     if !enabled {
         return "schedule disabled".to_owned();
     }
-    let state = if *on { "in schedule" } else { "outside the schedule" };
+    let (state, edge) = match (on, open) {
+        (true, true) => ("in schedule", "until"),
+        (true, false) => ("leadTime ahead of the window", "which opens at"),
+        (false, _) => ("outside the schedule", "until"),
+    };
     match next {
-        Some(t) => format!("{state} until {}", rfc3339(*t)),
+        Some(t) => format!("{state} {edge} {}", rfc3339(*t)),
         None => state.to_owned(),
     }
 }
@@ -229,10 +250,12 @@ fn conditions(seen: &Observed, outcome: &Outcome) -> Vec<DesiredCondition> {
             };
             let which = if on { "onReplicas" } else { "offReplicas" };
             let message = format!("{describe} has {replicas} replicas ({which}): {}", schedule_note(seen));
-            let reason = if on {
-                CapacityReason::InSchedule
-            } else {
-                CapacityReason::OutsideSchedule
+            let reason = match seen.plan {
+                Plan::Valid {
+                    on: true, open: true, ..
+                } => CapacityReason::InSchedule,
+                Plan::Valid { on: true, .. } => CapacityReason::AheadOfWindow,
+                _ => CapacityReason::OutsideSchedule,
             };
             (
                 DesiredCondition::new(ReplicasApplied, True, CapacityReason::Applied, message.clone()),
@@ -275,7 +298,7 @@ pub fn status(
     now: &Time,
 ) -> ScheduledCapacityStatus {
     let (in_schedule, desired_replicas, next_transition) = match (&seen.plan, seen.desired()) {
-        (Plan::Valid { next, .. }, Some((on, replicas))) => (Some(on), Some(replicas), next.map(time)),
+        (Plan::Valid { open, next, .. }, Some((_, replicas))) => (Some(*open), Some(replicas), next.map(time)),
         _ => (None, None, None),
     };
     ScheduledCapacityStatus {

@@ -43,8 +43,8 @@ pub fn plan(sc: &ScheduledCapacity, now: DateTime<Utc>) -> (Plan, Vec<&'static s
     };
     match overrides::read(sc.annotations(), now) {
         Ok(read) => {
-            let (on, next) = wanted(&schedule, &sc.spec.schedule, now);
-            (Plan::new(on, next, read.forced, sc.spec.schedule.enabled), read.expired)
+            let plan = wanted(&schedule, &sc.spec.schedule, now);
+            (Plan::new(plan, read.forced, sc.spec.schedule.enabled), read.expired)
         }
         Err(message) => {
             let plan = Plan::Invalid {

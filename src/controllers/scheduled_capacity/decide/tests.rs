@@ -285,3 +285,59 @@ fn an_edge_moves_ready_between_in_and_outside_schedule_keeping_its_transition_ti
         "stable"
     );
 }
+
+#[test]
+fn lead_time_raises_the_count_early_and_auto_counts_as_zero() {
+    let early = capacity(
+        serde_json::json!({"schedule": {"leadTime": "10m"}}),
+        serde_json::json!({}),
+    );
+    let waiting = observed(&early, "2026-12-07T13:45:00Z", found(Some(0), true));
+    assert_eq!(waiting.desired(), Some((false, 0)));
+    assert_eq!(
+        requeue(&waiting),
+        Some(Duration::from_secs(5 * 60)),
+        "at 08:50, ten minutes early"
+    );
+
+    let ahead = observed(&early, "2026-12-07T13:55:00Z", found(Some(3), true));
+    assert_eq!(ahead.desired(), Some((true, 3)));
+    assert_eq!(
+        requeue(&ahead),
+        Some(Duration::from_secs(5 * 60)),
+        "at the opening: inSchedule turns true"
+    );
+    let s = status(
+        &ScheduledCapacityStatus::default(),
+        &ahead,
+        &Outcome::Applied,
+        &time(at(MIDDAY)),
+    );
+    assert_eq!(s.in_schedule, Some(false));
+    let ready = find(&s.conditions, "Ready").unwrap();
+    assert_eq!(
+        (ready.reason.as_str(), ready.message.as_str()),
+        (
+            "AheadOfWindow",
+            "MachineDeployment workers has 3 replicas (onReplicas): leadTime ahead of the window which opens at 2026-12-07T14:00:00Z"
+        )
+    );
+
+    let auto = capacity(
+        serde_json::json!({"schedule": {"leadTime": "auto"}}),
+        serde_json::json!({}),
+    );
+    assert_eq!(
+        observed(&auto, "2026-12-07T13:55:00Z", found(None, false)).desired(),
+        Some((false, 0))
+    );
+    let bad = capacity(
+        serde_json::json!({"schedule": {"leadTime": "soon"}}),
+        serde_json::json!({}),
+    );
+    let Plan::Invalid { reason, message } = plan(&bad, at(MIDDAY)).0 else {
+        panic!("a bad lead time is refused")
+    };
+    assert_eq!(reason.as_str(), "InvalidDuration");
+    assert!(message.starts_with("spec.schedule.leadTime"), "{message}");
+}
