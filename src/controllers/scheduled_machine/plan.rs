@@ -37,10 +37,9 @@ use crate::{
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// How often eviction is retried while a drain is blocked (e.g. by a PodDisruptionBudget).
 pub const DRAIN_RETRY: Duration = Duration::from_secs(5);
-/// Recheck while a deleting Machine is being removed. The Machine cache and the watch that
-/// triggers reconciles are separate streams, so the trigger for the Machine's disappearance can
-/// arrive before the cache has dropped it; without a recheck the window would only close at the
-/// grace deadline.
+/// Recheck while a deleting Machine is being removed. A deletion that falls into a watch gap
+/// is not replayed when the watch relists (the cache just no longer has the Machine), so
+/// without a recheck the removal would only be noticed at the grace deadline.
 pub const REMOVAL_RECHECK: Duration = Duration::from_secs(2);
 
 /// The schedule evaluated now, or why it cannot be.
