@@ -63,8 +63,9 @@ pub struct Timing {
     pub plan: Plan,
     /// The lead time in effect, when `leadTime` is set.
     pub lead: Option<Duration>,
-    /// The opening edge of the open window, or of the next one during the lead; `None` when
-    /// unknown (forced on, or open for longer than the engine looks back).
+    /// The opening edge a new window's record starts from: the open window's, or the next one's
+    /// during the lead. Looked up only while no Machine exists; `None` when unknown (forced on,
+    /// or open for longer than the engine looks back).
     pub edge: Option<DateTime<Utc>>,
     /// `endPolicy: DrainBeforeEnd`.
     pub drain_before_end: bool,
@@ -226,7 +227,7 @@ fn open_step(seen: &Observed, timing: &Timing) -> Step {
             (Phase::Active, "window open; Machine exists".to_owned()),
         )
     } else {
-        let opens = timing.edge.map_or_else(
+        let opens = timing.plan.next_edge.map_or_else(
             || "soon".to_owned(),
             |t| format!("at {}", t.to_rfc3339_opts(SecondsFormat::Secs, true)),
         );
