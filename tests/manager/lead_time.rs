@@ -3,11 +3,17 @@
 //! `DrainBeforeEnd` has the Machine gone before the window closes; `auto` learns the lead.
 
 use caplv::{
-    api::scheduled_machine::{Phase, ScheduledMachineStatus},
+    api::{
+        ScheduledMachine,
+        scheduled_machine::{Phase, ScheduledMachineStatus},
+    },
     clock::Clock,
 };
 use k8s_openapi::api::core::v1::Node;
-use kube::Api;
+use kube::{
+    Api,
+    api::{ApiResource, DynamicObject},
+};
 use serde_json::json;
 
 use crate::{
@@ -120,5 +126,49 @@ async fn drain_before_end_has_the_machine_gone_before_the_window_closes_and_auto
     assert_eq!(s.in_schedule, Some(true), "still inside the window");
     assert!(s.message.unwrap().contains("DrainBeforeEnd"));
     assert_eq!(phase(&env, "early").await, Some(Phase::Inactive));
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_lead_time_is_refused_naming_the_field() {
+    let env = Env::start().await;
+    let _endpoint = cluster(&env, "v1beta1").await;
+    env.clock.set(at("2026-12-07T17:00:00Z"));
+    // The schema lets 200h through (it is a duration); the engine's limit names the field.
+    scheduled_machine(&env, "far", json!({"schedule": {"leadTime": "200h"}})).await;
+    wait_phase(&env, "far", Phase::Error).await;
+    let s = status(&env, "far").await;
+    let valid = caplv::api::condition::find(&s.conditions, "ScheduleValid").unwrap();
+    assert_eq!(
+        (valid.status.as_str(), valid.reason.as_str()),
+        ("False", "InvalidDuration")
+    );
+    assert!(
+        valid
+            .message
+            .starts_with(r#"spec.schedule.leadTime: invalid duration "200h""#),
+        "{}",
+        valid.message
+    );
+    assert!(machines(&env, "v1beta1").get_opt("far").await.unwrap().is_none());
+
+    // What is neither a duration nor `auto` never gets past the API server.
+    for (field, value) in [("leadTime", "soon"), ("endPolicy", "Whenever")] {
+        let mut sm: serde_json::Value =
+            serde_yaml::from_str(include_str!("../../examples/seed/05-scheduledmachine.yaml")).unwrap();
+        sm["metadata"]["name"] = json!("bad");
+        sm["spec"]["schedule"][field] = json!(value);
+        let raw: Api<DynamicObject> = Api::namespaced_with(
+            env.client.clone(),
+            "default",
+            &ApiResource::erase::<ScheduledMachine>(&()),
+        );
+        let err = raw
+            .create(&Default::default(), &serde_json::from_value(sm).unwrap())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("spec.schedule.{field}")), "{err}");
+    }
     env.stop().await;
 }

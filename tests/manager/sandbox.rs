@@ -283,6 +283,9 @@ async fn the_demo_tells_the_whole_story_and_exits_zero() {
         "✓ the VM runs on the host",
         "✓ the kubelet's CSRs were approved and the Node joined",
         "✓ the Node carries the worker role label",
+        "✓ the Node waits for the window, tainted window-closed",
+        "The window opens at",
+        "✓ the Node is schedulable at the window's edge",
         "✓ the ScheduledMachine is Active",
         "Closing the window",
         "✓ the workload was evicted by the drain",
@@ -299,6 +302,14 @@ async fn the_demo_tells_the_whole_story_and_exits_zero() {
     }
     // Phase changes are narrated as they happen: Active while open, the Node cordoned and the
     // ScheduledMachine Inactive only after the window closed.
+    // Provisioned ahead of the window: the objects exist while the phase is Preparing, and
+    // the lag from the edge to a schedulable Node is narrated.
+    let edge = stdout.find("The window opens at").unwrap();
+    assert!(
+        stdout[..edge].contains("ScheduledMachine spot-worker-01: phase Preparing"),
+        "{stdout}"
+    );
+    assert!(stdout[edge..].contains("Node schedulable "), "{stdout}");
     let closing = stdout.find("Closing the window").unwrap();
     assert!(
         stdout[..closing].contains("ScheduledMachine spot-worker-01: phase Active"),

@@ -1,9 +1,10 @@
-//! `caplv-manager sandbox --demo`: the seed's whole story, narrated, in about ten seconds.
+//! `caplv-manager sandbox --demo`: the seed's whole story, narrated, in about fifteen seconds.
 //!
 //! It starts the sandbox, applies the seed's manifests (embedded in the binary; the
-//! ScheduledMachine's window made always-open), and prints every change it sees: phases, objects
-//! created, the VM on the (simulated) host, CSRs approved, the Node joining. Then it closes the
-//! window by editing the schedule and narrates the drain and teardown. Each step has a deadline;
+//! ScheduledMachine's window made to open a few seconds later, with a lead time), and prints
+//! every change it sees: phases, objects created ahead of the window, the VM on the (simulated)
+//! host, CSRs approved, the Node joining and waiting tainted until the edge, then schedulable at
+//! it. Then it closes the window by editing the schedule and narrates the drain and teardown. Each step has a deadline;
 //! the demo exits non-zero naming the first step that did not happen.
 
 use std::{
@@ -131,12 +132,13 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
     }
     if let Some(sm) = get(sb, "5spot.finos.org/v1alpha1", "ScheduledMachine", NAME).await {
         let phase = text(&sm, "/status/phase");
+        let lag = text(&sm, "/status/window/schedulableLag");
         f.insert(
             format!("ScheduledMachine {NAME}"),
-            if phase.is_empty() {
-                "created, no phase yet".to_owned()
-            } else {
-                format!("phase {phase}")
+            match (phase.is_empty(), lag.is_empty()) {
+                (true, _) => "created, no phase yet".to_owned(),
+                (false, true) => format!("phase {phase}"),
+                (false, false) => format!("phase {phase}; Node schedulable {lag} after the window opened"),
             },
         );
     }
@@ -196,12 +198,17 @@ async fn facts(sb: &Sandbox) -> BTreeMap<String, String> {
     if let Some(n) = sb.get_object("v1", "Node", "", NAME).await {
         let worker = n.pointer("/metadata/labels/node-role.kubernetes.io~1worker").is_some();
         let cordoned = n.pointer("/spec/unschedulable") == Some(&Value::Bool(true));
+        let held = n
+            .pointer("/spec/taints")
+            .and_then(Value::as_array)
+            .is_some_and(|ts| ts.iter().any(|t| t["key"] == "5spot.finos.org/window-closed"));
         f.insert(
             format!("Node {NAME}"),
             format!(
-                "registered, providerID {}{}{}",
+                "registered, providerID {}{}{}{}",
                 text(&n, "/spec/providerID"),
                 if worker { ", labelled worker" } else { "" },
+                if held { ", tainted window-closed" } else { "" },
                 if cordoned { ", cordoned" } else { "" }
             ),
         );
@@ -271,12 +278,32 @@ fn has(f: &BTreeMap<String, String>, subject: &str, needle: &str) -> bool {
     f.get(subject).is_some_and(|s| s.contains(needle))
 }
 
-/// The seed's ScheduledMachine with an always-open window.
-fn always_on(yaml: &str) -> anyhow::Result<Value> {
+/// The seed's ScheduledMachine with a window that opens at `edge` (an inclusion, for an hour,
+/// over a daily hour twelve hours away) and a lead time of `lead`, so the worker is provisioned
+/// ahead of the edge.
+fn opening_at(yaml: &str, edge: chrono::DateTime<chrono::Utc>, lead: Duration) -> anyhow::Result<Value> {
     let mut sm: Value = serde_yaml::from_str(yaml).context("the seed ScheduledMachine does not parse")?;
-    sm["spec"]["schedule"] =
-        json!({"enabled": true, "daysOfWeek": ["mon-sun"], "hoursOfDay": ["0-23"], "timezone": "UTC"});
+    let instant = |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    sm["spec"]["schedule"] = json!({
+        "enabled": true, "daysOfWeek": ["mon-sun"], "hoursOfDay": [closed_hour().to_string()], "timezone": "UTC",
+        "inclusions": [{"start": instant(edge), "end": instant(edge + chrono::Duration::hours(1))}],
+        "leadTime": crate::schedule::format_duration(lead),
+    });
     Ok(sm)
+}
+
+/// An hour of the day twelve hours from now: a window there stays closed through the demo.
+fn closed_hour() -> u32 {
+    (chrono::Utc::now().hour() + 12) % 24
+}
+
+/// How far ahead of the edge the demo provisions: the genuine control plane is slower.
+const fn demo_lead(sb: &Sandbox) -> Duration {
+    if sb.is_genuine() {
+        Duration::from_secs(30)
+    } else {
+        Duration::from_secs(10)
+    }
 }
 
 async fn apply(client: &kube::Client, doc: Value) -> anyhow::Result<String> {
@@ -348,10 +375,18 @@ pub async fn run(args: SandboxArgs) -> anyhow::Result<()> {
 
 async fn story(n: &mut Narrator, sb: &Sandbox) -> anyhow::Result<()> {
     let client = sb.client.clone();
-    n.heading("Applying the seed's manifests (examples/seed/, the ScheduledMachine's window always open)");
+    let lead = demo_lead(sb);
+    let edge = (chrono::Utc::now() + lead + Duration::from_secs(1))
+        .with_nanosecond(0)
+        .context("the window's edge")?;
+    n.heading(&format!(
+        "Applying the seed's manifests (examples/seed/; the ScheduledMachine's window opens at {} with leadTime {})",
+        edge.format("%H:%M:%S UTC"),
+        crate::schedule::format_duration(lead)
+    ));
     for (file, yaml) in SEED {
         let doc = if file.starts_with("05") {
-            always_on(yaml)?
+            opening_at(yaml, edge, lead)?
         } else {
             serde_yaml::from_str(yaml).with_context(|| format!("{file} does not parse"))?
         };
@@ -359,7 +394,7 @@ async fn story(n: &mut Narrator, sb: &Sandbox) -> anyhow::Result<()> {
         n.say(format!("applied {file}: {what}"));
     }
 
-    n.heading("The window is open: 5-Spot creates the worker, CAPLV boots it, the Node joins");
+    n.heading("The lead time began: 5-Spot creates the worker ahead of the window, CAPLV boots it, the Node joins");
     let sm = format!("ScheduledMachine {NAME}");
     step(n, sb, "the host is connected and reports its capacity", |f| {
         has(f, &format!("LibvirtHost {HOST}"), "Connected (True)")
@@ -384,6 +419,18 @@ async fn story(n: &mut Narrator, sb: &Sandbox) -> anyhow::Result<()> {
         has(f, &format!("Node {NAME}"), "labelled worker")
     })
     .await?;
+    step(n, sb, "the Node waits for the window, tainted window-closed", |f| {
+        has(f, &format!("Node {NAME}"), "tainted window-closed") && has(f, &sm, "phase Preparing")
+    })
+    .await?;
+    n.heading(&format!(
+        "The window opens at {}: the taint comes off at the edge",
+        edge.format("%H:%M:%S UTC")
+    ));
+    step(n, sb, "the Node is schedulable at the window's edge", |f| {
+        has(f, &sm, "schedulable") && !has(f, &format!("Node {NAME}"), "tainted")
+    })
+    .await?;
     step(n, sb, "the ScheduledMachine is Active", |f| has(f, &sm, "phase Active")).await?;
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": WORKLOAD, "namespace": NS},
         "spec": {"nodeName": NAME, "containers": [{"name": "web", "image": "registry.example/web:1"}]}});
@@ -396,11 +443,8 @@ async fn story(n: &mut Narrator, sb: &Sandbox) -> anyhow::Result<()> {
     })
     .await?;
 
-    let closed = (chrono::Utc::now().hour() + 12) % 24;
-    n.heading(&format!(
-        "Closing the window (schedule edited to hour {closed} UTC only): drain, then remove everything"
-    ));
-    let patch = json!({"spec": {"schedule": {"hoursOfDay": [closed.to_string()]}}});
+    n.heading("Closing the window (its inclusion removed from the schedule): drain, then remove everything");
+    let patch = json!({"spec": {"schedule": {"inclusions": null}}});
     let sms: kube::Api<crate::api::ScheduledMachine> = kube::Api::namespaced(client.clone(), NS);
     sms.patch(
         NAME,

@@ -22,7 +22,6 @@ use std::{
     time::Duration,
 };
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Resource, ResourceExt,
@@ -314,25 +313,29 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     let machines_api = ctx.watched_dynamic(&ctx.capi.machine());
     let ours = watcher::Config::default().labels(objects::SCHEDULED_MACHINE_LABEL);
 
-    // A cache of our Machines: observe reads it instead of the API, and Node events map through it.
+    // A cache of our Machines: observe reads it instead of the API, and Node events map through
+    // it. The same stream triggers reconciles, after it has updated the cache, so a reconcile
+    // never reads a Machine older than the change that woke it (with two watches, a trigger
+    // for the Machine's new nodeRef could find the cache without it, and nothing would wake
+    // the controller again until the next schedule edge).
     let writer = reflector::store::Writer::new(ctx.capi.machine());
     let machines = writer.as_reader();
-    let cache = reflector::reflector(writer, watcher(machines_api.clone(), ours.clone()))
-        .applied_objects()
-        .take_until(shutdown.clone().cancelled_owned())
-        .for_each(|_| futures::future::ready(()));
-    tokio::spawn(cache);
+    let machine_events = reflector::reflector(writer, watcher(machines_api, ours).default_backoff()).touched_objects();
 
     let by_node = machines.clone();
     let capi = ctx.capi;
     let controller = Controller::new(ctx.watched_api::<ScheduledMachine>(), watcher::Config::default())
-        .watches_with(machines_api, ctx.capi.machine(), ours, |machine| {
-            let namespace = machine.namespace().unwrap_or_default();
-            machine
-                .labels()
-                .get(objects::SCHEDULED_MACHINE_LABEL)
-                .map(|owner| ObjectRef::<ScheduledMachine>::new(owner).within(&namespace))
-        })
+        .watches_stream_with(
+            machine_events,
+            |machine| {
+                let namespace = machine.namespace().unwrap_or_default();
+                machine
+                    .labels()
+                    .get(objects::SCHEDULED_MACHINE_LABEL)
+                    .map(|owner| ObjectRef::<ScheduledMachine>::new(owner).within(&namespace))
+            },
+            ctx.capi.machine(),
+        )
         .watches(
             Api::<Node>::all(ctx.client.clone()),
             watcher::Config::default(),

@@ -32,8 +32,8 @@ use crate::{
 const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// Validate the spec and evaluate the schedule at `now`, with the lead time (`auto` learns from
-/// `history`, the status's provisioning durations) and the end policy. The edge is left for
-/// [`window_edge`]. The schedule comes back too, for the edge.
+/// `history`, the status's provisioning durations) and the end policy. The schedule comes back
+/// too: the window's edge is looked up from it only when a window is about to start.
 #[must_use]
 pub fn validity(spec: &ScheduledMachineSpec, history: &[String], now: DateTime<Utc>) -> (Validity, Option<Schedule>) {
     let parsed = objects::validate(spec)

@@ -37,10 +37,9 @@ use crate::{
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// How often eviction is retried while a drain is blocked (e.g. by a PodDisruptionBudget).
 pub const DRAIN_RETRY: Duration = Duration::from_secs(5);
-/// Recheck while a deleting Machine is being removed. The Machine cache and the watch that
-/// triggers reconciles are separate streams, so the trigger for the Machine's disappearance can
-/// arrive before the cache has dropped it; without a recheck the window would only close at the
-/// grace deadline.
+/// Recheck while a deleting Machine is being removed. A deletion that falls into a watch gap
+/// is not replayed when the watch relists (the cache just no longer has the Machine), so
+/// without a recheck the removal would only be noticed at the grace deadline.
 pub const REMOVAL_RECHECK: Duration = Duration::from_secs(2);
 
 /// The schedule evaluated now, or why it cannot be.
@@ -64,8 +63,9 @@ pub struct Timing {
     pub plan: Plan,
     /// The lead time in effect, when `leadTime` is set.
     pub lead: Option<Duration>,
-    /// The opening edge of the open window, or of the next one during the lead; `None` when
-    /// unknown (forced on, or open for longer than the engine looks back).
+    /// The opening edge a new window's record starts from: the open window's, or the next one's
+    /// during the lead. Looked up only while no Machine exists; `None` when unknown (forced on,
+    /// or open for longer than the engine looks back).
     pub edge: Option<DateTime<Utc>>,
     /// `endPolicy: DrainBeforeEnd`.
     pub drain_before_end: bool,
@@ -227,7 +227,7 @@ fn open_step(seen: &Observed, timing: &Timing) -> Step {
             (Phase::Active, "window open; Machine exists".to_owned()),
         )
     } else {
-        let opens = timing.edge.map_or_else(
+        let opens = timing.plan.next_edge.map_or_else(
             || "soon".to_owned(),
             |t| format!("at {}", t.to_rfc3339_opts(SecondsFormat::Secs, true)),
         );

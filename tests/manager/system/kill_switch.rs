@@ -6,9 +6,11 @@ use std::{path::PathBuf, process::Command};
 use super::{Genuine, indent, pool_files, run, var, virsh, wait};
 
 /// Everything lives in its own namespace, away from the seed's `default`.
-const NS: &str = "sys";
+pub(super) const NS: &str = "sys";
 
-fn manifests(api_port: &str) -> String {
+/// The host, cluster and Ignition Secret in namespace [`NS`], and a ScheduledMachine `name`
+/// with `schedule` (a YAML flow mapping) whose VM gets the static `address`.
+pub(super) fn manifests(api_port: &str, name: &str, schedule: &str, address: &str) -> String {
     let key = std::fs::read_to_string(var("CAPLV_SYS_CLIENT_KEY")).unwrap();
     let (uri, pin, pool, base, code, vars) = (
         var("CAPLV_SYS_URI"),
@@ -71,10 +73,10 @@ stringData:
 ---
 apiVersion: 5spot.finos.org/v1alpha1
 kind: ScheduledMachine
-metadata: {{name: sys-worker, namespace: {NS}}}
+metadata: {{name: {name}, namespace: {NS}}}
 spec:
   clusterName: sys
-  schedule: {{daysOfWeek: [mon-sun], hoursOfDay: ["0-23"], timezone: UTC}}
+  schedule: {schedule}
   infrastructureSpec:
     apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
     kind: LibvirtMachine
@@ -85,7 +87,7 @@ spec:
       network:
         type: network
         name: default
-        addresses: [192.168.122.50/24]
+        addresses: [{address}]
         gateway: 192.168.122.1
   bootstrapSpec:
     apiVersion: bootstrap.cluster.x-k8s.io/v1alpha1
@@ -105,7 +107,13 @@ async fn a_scheduled_machine_boots_a_real_uefi_vm_and_the_kill_switch_leaves_not
     let pool_dir = PathBuf::from(var("CAPLV_SYS_POOL_DIR"));
     let nvram_dir = PathBuf::from(var("CAPLV_SYS_NVRAM_DIR"));
     let env = Genuine::start().await;
-    env.apply(&manifests(&var("CAPLV_CP_API_PORT")));
+    let always = r#"{daysOfWeek: [mon-sun], hoursOfDay: ["0-23"], timezone: UTC}"#;
+    env.apply(&manifests(
+        &var("CAPLV_CP_API_PORT"),
+        "sys-worker",
+        always,
+        "192.168.122.50/24",
+    ));
     let get = |args: &[&str]| {
         let mut all = vec!["-n", NS, "get"];
         all.extend_from_slice(args);

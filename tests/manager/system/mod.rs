@@ -14,6 +14,7 @@
 //! skips them (ignored), because they need root and that environment.
 
 mod kill_switch;
+mod lead_time;
 mod seed_flow;
 
 use std::{
