@@ -1,7 +1,7 @@
 //! ScheduledCapacity controller (5-Spot): a MachineDeployment's or MachineSet's `spec.replicas`
 //! set to `onReplicas` while the schedule is on and to `offReplicas` while it is off.
 //!
-//! `observe (the schedule at the injected clock, overrides, one GET of the target) → decide
+//! `observe (the schedule at the injected clock, overrides, the target from the watch cache) → decide
 //! (pure, see [`decide`]) → at most one server-side apply of `spec.replicas` → status (only when
 //! changed)`. The apply uses our own field manager and never forces: when another manager owns
 //! the field (an autoscaler, `kubectl scale`, the manifest that created the target), the conflict
@@ -19,12 +19,15 @@ use std::{
     sync::{Arc, Mutex, PoisonError},
 };
 
+use futures::Stream;
 use kube::{
     Api, ResourceExt,
     api::{DynamicObject, Patch, PatchParams},
+    core::ApiResource,
     runtime::{
+        WatchStreamExt,
         controller::{Action as Requeue, Controller},
-        reflector::{ObjectRef, Store},
+        reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
@@ -34,7 +37,7 @@ use self::decide::{Outcome, Step, Target};
 use crate::{
     api::scheduled_capacity::ScheduledCapacity,
     app::health::Readiness,
-    reconcile::{ApiError, Context, drive_cached, in_namespace, refs_where, write_status},
+    reconcile::{ApiError, Context, Readying, drive, in_namespace, refs_where, wait_synced, write_status},
 };
 
 /// Controller name in metrics and logs.
@@ -50,6 +53,8 @@ type ConflictKey = (Option<i64>, i32, (String, Option<i64>, Vec<String>));
 /// Controller state shared by reconciles.
 struct State {
     ctx: Arc<Context>,
+    /// The MachineDeployments and the MachineSets, by kind: observe reads targets here.
+    targets: HashMap<String, Store<DynamicObject>>,
     /// The last conflict per ScheduledCapacity, with its condition message.
     conflicts: Mutex<HashMap<ObjectRef<ScheduledCapacity>, (ConflictKey, String)>>,
 }
@@ -75,7 +80,7 @@ impl State {
 async fn reconcile(sc: Arc<ScheduledCapacity>, state: Arc<State>) -> Result<Requeue, ApiError> {
     let ctx = &state.ctx;
     let api: Api<ScheduledCapacity> = Api::namespaced(ctx.client.clone(), &sc.namespace().unwrap_or_default());
-    let mut seen = observe::observe(&sc, ctx).await?;
+    let mut seen = observe::observe(&sc, ctx, &state.targets).await?;
     if !seen.expired.is_empty() {
         // The write brings the object back with the annotations gone.
         remove_annotations(&api, &sc, &seen.expired).await?;
@@ -158,24 +163,56 @@ fn targeting(store: &Store<ScheduledCapacity>, kind: &str, obj: &DynamicObject) 
     })
 }
 
+/// A cache of `resource`'s objects, and the stream of their changes, each yielded once the cache
+/// holds it: a reconcile it triggers never reads the target older than the change that woke it.
+fn cached(
+    ctx: &Context,
+    resource: &ApiResource,
+) -> (
+    Store<DynamicObject>,
+    impl Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+) {
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let watch = watcher(ctx.watched_dynamic(resource), watcher::Config::default()).default_backoff();
+    (store, reflector::reflector(writer, watch).touched_objects())
+}
+
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
     let mut controller = Controller::new(ctx.watched_api::<ScheduledCapacity>(), watcher::Config::default());
     let store = controller.store();
+    let mut targets = HashMap::new();
     // A change of a target (its replicas, their owners, its existence) is looked at at once.
     for resource in [ctx.capi.machine_deployment(), ctx.capi.machine_set()] {
+        let (cache, events) = cached(&ctx, &resource);
+        targets.insert(resource.kind.clone(), cache);
         let (store, kind) = (store.clone(), resource.kind.clone());
-        controller = controller.watches_with(
-            ctx.watched_dynamic(&resource),
-            resource,
-            watcher::Config::default(),
-            move |obj| targeting(&store, &kind, &obj),
-        );
+        controller = controller.watches_stream_with(events, move |obj| targeting(&store, &kind, &obj), resource);
     }
     let controller = controller.graceful_shutdown_on(shutdown.clone().cancelled_owned());
+    let synced = {
+        let caches: Vec<_> = targets.values().cloned().collect();
+        // Every cache must be full before the controller counts as ready.
+        async move {
+            for cache in &caches {
+                if !wait_synced(cache).await {
+                    return false;
+                }
+            }
+            wait_synced(&store).await
+        }
+    };
     let state = Arc::new(State {
         ctx: ctx.clone(),
+        targets,
         conflicts: Mutex::default(),
     });
-    drive_cached(controller, NAME, readiness, reconcile, state, &ctx).await;
+    drive(
+        controller,
+        Readying::new(NAME, synced, readiness, &ctx),
+        reconcile,
+        state,
+    )
+    .await;
 }

@@ -1,8 +1,15 @@
 //! Reading the world for one ScheduledCapacity reconcile: the schedule at the injected clock
 //! with its override annotations, and the target's replica count and field owners.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
-use kube::{Api, ResourceExt, api::DynamicObject, core::ApiResource};
+use kube::{
+    Api, ResourceExt,
+    api::DynamicObject,
+    core::ApiResource,
+    runtime::reflector::{ObjectRef, Store},
+};
 
 use super::{
     decide::{Observed, Plan, Target, wanted},
@@ -56,12 +63,33 @@ pub fn plan(sc: &ScheduledCapacity, now: DateTime<Utc>) -> (Plan, Vec<&'static s
     }
 }
 
-/// Gather what the decision needs: one GET of the target (so a change that triggered this
-/// reconcile is always seen).
+/// The target from the watch cache; one the cache does not hold is looked up (before the cache
+/// has filled, or just created), so a missing target is only reported when it is missing.
+async fn lookup(
+    ctx: &Context,
+    cache: Option<&Store<DynamicObject>>,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<DynamicObject>, ApiError> {
+    let key = ObjectRef::new_with(name, resource.clone()).within(namespace);
+    if let Some(obj) = cache.and_then(|c| c.get(&key)) {
+        return Ok(Some((*obj).clone()));
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, resource);
+    get_opt(&api, name, &resource.kind).await
+}
+
+/// Gather what the decision needs. A reconcile a target's change triggered finds that change
+/// in the cache (the same stream fills it first).
 ///
 /// # Errors
-/// Reading the target failed.
-pub async fn observe(sc: &ScheduledCapacity, ctx: &Context) -> Result<Seen, ApiError> {
+/// Looking up a target the cache does not hold failed.
+pub async fn observe(
+    sc: &ScheduledCapacity,
+    ctx: &Context,
+    targets: &HashMap<String, Store<DynamicObject>>,
+) -> Result<Seen, ApiError> {
     let now = ctx.clock.now();
     let (plan, expired) = plan(sc, now);
     let namespace = sc.namespace().unwrap_or_default();
@@ -69,8 +97,8 @@ pub async fn observe(sc: &ScheduledCapacity, ctx: &Context) -> Result<Seen, ApiE
     let (target, resource, target_state) = match target::resource(target_ref, ctx.capi) {
         Err(message) => (Target::Invalid(message), None, None),
         Ok(resource) => {
-            let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
-            let (target, state) = match get_opt(&api, &target_ref.name, &resource.kind).await? {
+            let cache = targets.get(&resource.kind);
+            let (target, state) = match lookup(ctx, cache, &resource, &namespace, &target_ref.name).await? {
                 None => (
                     Target::Missing(format!(
                         "{} {:?} not found in namespace {namespace}",
