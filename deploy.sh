@@ -61,6 +61,7 @@ status() {
   table "Machines" machines.cluster.x-k8s.io 'NAMESPACE:.metadata.namespace,NAME:.metadata.name,PHASE:.status.phase,NODE:.status.nodeRef.name,PROVIDERID:.spec.providerID'
   table "VMs" libvirtmachines 'NAMESPACE:.metadata.namespace,NAME:.metadata.name,HOST:.spec.hostRef.name,READY:.status.conditions[?(@.type=="Ready")].reason,VM:.status.domainState,NODE:.status.nodeName'
   table "Schedules" scheduledmachines 'NAMESPACE:.metadata.namespace,NAME:.metadata.name,PHASE:.status.phase,IN-WINDOW:.status.inSchedule,NEXT-TRANSITION:.status.nextTransition,MACHINE:.status.machineRef.name'
+  table "Capacities" scheduledcapacities 'NAMESPACE:.metadata.namespace,NAME:.metadata.name,TARGET:.spec.targetRef.name,REPLICAS:.status.desiredReplicas,IN-WINDOW:.status.inSchedule,APPLIED:.status.conditions[?(@.type=="ReplicasApplied")].reason,NEXT-TRANSITION:.status.nextTransition'
 }
 
 teardown() {

@@ -62,6 +62,8 @@ main_flows=(
   ignition_config::an_owner_machine_gets_the_contract_shaped_secret_which_follows_the_source
   ignition_config::a_standalone_config_produces_data_and_its_deletion_removes_it
   leader::only_the_lease_holder_runs_controllers_and_a_standby_takes_over
+  scheduled_capacity::replicas_follow_the_schedule_across_both_edges
+  scheduled_capacity::a_machine_set_follows_on_a_v1beta2_server_and_one_a_deployment_controls_is_refused
 )
 
 start=$SECONDS

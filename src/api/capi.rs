@@ -66,6 +66,18 @@ impl CapiVersion {
     pub fn machine(self) -> ApiResource {
         self.api_resource("Machine", "machines")
     }
+
+    /// `ApiResource` of `MachineDeployment`.
+    #[must_use]
+    pub fn machine_deployment(self) -> ApiResource {
+        self.api_resource("MachineDeployment", "machinedeployments")
+    }
+
+    /// `ApiResource` of `MachineSet`.
+    #[must_use]
+    pub fn machine_set(self) -> ApiResource {
+        self.api_resource("MachineSet", "machinesets")
+    }
 }
 
 /// A reference from a CAPI object to a provider object, reduced to what both versions carry.

@@ -15,6 +15,7 @@ pub mod libvirt_cluster;
 pub mod libvirt_host;
 pub mod libvirt_machine;
 pub mod node_taint;
+pub mod scheduled_capacity;
 pub mod scheduled_machine;
 pub mod self_managed_control_plane;
 
@@ -23,6 +24,7 @@ crate::has_conditions!(
     libvirt_cluster::LibvirtClusterStatus,
     libvirt_host::LibvirtHostStatus,
     libvirt_machine::LibvirtMachineStatus,
+    scheduled_capacity::ScheduledCapacityStatus,
     scheduled_machine::ScheduledMachineStatus,
     self_managed_control_plane::SelfManagedControlPlaneStatus,
 );
@@ -34,6 +36,7 @@ pub use ignition_config::{IgnitionConfig, IgnitionConfigTemplate};
 pub use libvirt_cluster::LibvirtCluster;
 pub use libvirt_host::LibvirtHost;
 pub use libvirt_machine::{LibvirtMachine, LibvirtMachineTemplate};
+pub use scheduled_capacity::ScheduledCapacity;
 pub use scheduled_machine::ScheduledMachine;
 pub use self_managed_control_plane::SelfManagedControlPlane;
 
@@ -56,6 +59,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         IgnitionConfig::crd(),
         IgnitionConfigTemplate::crd(),
         ScheduledMachine::crd(),
+        ScheduledCapacity::crd(),
     ]
 }
 
@@ -104,7 +108,8 @@ mod readme_tests {
     use std::collections::BTreeSet;
 
     use super::{
-        ignition_config, libvirt_cluster, libvirt_host, libvirt_machine, scheduled_machine, self_managed_control_plane,
+        ignition_config, libvirt_cluster, libvirt_host, libvirt_machine, scheduled_capacity, scheduled_machine,
+        self_managed_control_plane,
     };
 
     /// The backticked words of a table cell.
@@ -156,6 +161,11 @@ mod readme_tests {
                 "ScheduledMachine",
                 set!(scheduled_machine::ScheduledCondition),
                 set!(scheduled_machine::ScheduledReason),
+            ),
+            (
+                "ScheduledCapacity",
+                set!(scheduled_capacity::CapacityCondition),
+                set!(scheduled_capacity::CapacityReason),
             ),
             ("schedule", BTreeSet::new(), set!(crate::schedule::Reason)),
             (

@@ -100,7 +100,7 @@ mod tests {
         for crd in api::crds() {
             let name = crd.metadata.name.clone().unwrap();
             let labels = crd.metadata.labels.clone().unwrap_or_default();
-            let capi_facing = !name.starts_with("libvirthosts.") && !name.starts_with("scheduledmachines.");
+            let capi_facing = !name.starts_with("libvirthosts.") && !name.ends_with(".5spot.finos.org");
             for contract in ["cluster.x-k8s.io/v1beta1", "cluster.x-k8s.io/v1beta2"] {
                 assert_eq!(labels.contains_key(contract), capi_facing, "{name}: label {contract}");
             }
@@ -133,6 +133,10 @@ mod tests {
         assert_eq!(
             columns("scheduledmachines.5spot.finos.org"),
             ["Phase", "InSchedule", "Next", "Lag", "Lead", "Machine", "Age"]
+        );
+        assert_eq!(
+            columns("scheduledcapacities.5spot.finos.org"),
+            ["Target", "Replicas", "InSchedule", "Next", "Age"]
         );
         assert_eq!(
             columns("libvirthosts.infrastructure.cluster.x-k8s.io"),

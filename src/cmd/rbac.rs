@@ -179,7 +179,7 @@ pub const IGNITION: &[Rule] = &[
     ),
 ];
 
-/// The 5-Spot family: ScheduledMachine.
+/// The 5-Spot family: ScheduledMachine and ScheduledCapacity.
 pub const FIVESPOT: &[Rule] = &[
     rule(
         &["5spot.finos.org"],
@@ -192,6 +192,24 @@ pub const FIVESPOT: &[Rule] = &[
         &["scheduledmachines/status"],
         &["patch"],
         "their status (server-side apply)",
+    ),
+    rule(
+        &["5spot.finos.org"],
+        &["scheduledcapacities"],
+        &["get", "list", "watch", "patch"],
+        "ScheduledCapacities, and removing their expired override annotations",
+    ),
+    rule(
+        &["5spot.finos.org"],
+        &["scheduledcapacities/status"],
+        &["patch"],
+        "their status (server-side apply)",
+    ),
+    rule(
+        &["cluster.x-k8s.io"],
+        &["machinedeployments", "machinesets"],
+        &["get", "list", "watch", "patch"],
+        "a ScheduledCapacity's target: watch it, and set spec.replicas (server-side apply, never forced; no create, so an apply can never make one)",
     ),
     rule(
         &["cluster.x-k8s.io"],

@@ -17,6 +17,8 @@ pub mod libvirt_machine;
 #[cfg(feature = "caplv")]
 pub mod node_link;
 #[cfg(feature = "fivespot")]
+pub mod scheduled_capacity;
+#[cfg(feature = "fivespot")]
 pub mod scheduled_machine;
 #[cfg(feature = "caplv")]
 pub mod self_managed_control_plane;
@@ -35,7 +37,7 @@ pub enum Family {
     Caplv,
     /// Ignition bootstrap provider: IgnitionConfig.
     Ignition,
-    /// 5-Spot: ScheduledMachine.
+    /// 5-Spot: ScheduledMachine and ScheduledCapacity.
     Fivespot,
 }
 
@@ -84,7 +86,7 @@ impl Family {
             #[cfg(feature = "ignition")]
             Self::Ignition => &[ignition_config::NAME],
             #[cfg(feature = "fivespot")]
-            Self::Fivespot => &[scheduled_machine::NAME],
+            Self::Fivespot => &[scheduled_machine::NAME, scheduled_capacity::NAME],
             #[allow(unreachable_patterns, reason = "reachable when a family's feature is off")]
             _ => &[],
         }
@@ -110,11 +112,18 @@ pub async fn run_families(ctx: Arc<Context>, families: &[Family], readiness: Rea
                 shutdown.clone(),
             ))),
             #[cfg(feature = "fivespot")]
-            Family::Fivespot => tasks.push(tokio::spawn(scheduled_machine::run(
-                ctx.clone(),
-                readiness.clone(),
-                shutdown.clone(),
-            ))),
+            Family::Fivespot => {
+                tasks.push(tokio::spawn(scheduled_machine::run(
+                    ctx.clone(),
+                    readiness.clone(),
+                    shutdown.clone(),
+                )));
+                tasks.push(tokio::spawn(scheduled_capacity::run(
+                    ctx.clone(),
+                    readiness.clone(),
+                    shutdown.clone(),
+                )));
+            }
             #[allow(unreachable_patterns, reason = "reachable when a family's feature is off")]
             _ => {}
         }

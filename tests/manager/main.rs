@@ -18,6 +18,7 @@ mod libvirt_host;
 mod libvirt_machine;
 mod node_join;
 mod sandbox;
+mod scheduled_capacity;
 mod scheduled_machine;
 mod scripts;
 mod self_managed_control_plane;

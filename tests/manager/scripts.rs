@@ -114,6 +114,8 @@ async fn the_quick_commands_create_a_worker_and_show_the_stack() {
         &["==", "Controllers"][..],
         &["libvirtmachine", "ready"],
         &["scheduledmachine", "ready"],
+        &["scheduledcapacity", "ready"],
+        &["==", "Capacities"],
         &["csrapprover", "ready"],
         &["libvirtmachines.infrastructure.cluster.x-k8s.io", "True"],
         &["laptop", "true", "Connected", "16", "31560"],

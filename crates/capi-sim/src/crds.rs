@@ -1,4 +1,6 @@
-//! CRD manifests for the CAPI core kinds the simulator plays: `Cluster` and `Machine`.
+//! CRD manifests for the CAPI core kinds the simulator plays, `Cluster` and `Machine`, and for
+//! `MachineDeployment` and `MachineSet`, which it serves but does not reconcile (a
+//! ScheduledCapacity only sets their `spec.replicas`).
 //!
 //! Each served version's schema lives in its own YAML file under `crds/` (trimmed from the
 //! upstream CRDs to the fields providers and this simulator use); this module builds the
@@ -17,6 +19,10 @@ const CLUSTER_V1BETA1: &str = include_str!("../crds/cluster-v1beta1.yaml");
 const CLUSTER_V1BETA2: &str = include_str!("../crds/cluster-v1beta2.yaml");
 const MACHINE_V1BETA1: &str = include_str!("../crds/machine-v1beta1.yaml");
 const MACHINE_V1BETA2: &str = include_str!("../crds/machine-v1beta2.yaml");
+const MACHINE_DEPLOYMENT_V1BETA1: &str = include_str!("../crds/machinedeployment-v1beta1.yaml");
+const MACHINE_DEPLOYMENT_V1BETA2: &str = include_str!("../crds/machinedeployment-v1beta2.yaml");
+const MACHINE_SET_V1BETA1: &str = include_str!("../crds/machineset-v1beta1.yaml");
+const MACHINE_SET_V1BETA2: &str = include_str!("../crds/machineset-v1beta2.yaml");
 
 /// Which CAPI core API versions are installed and spoken.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -93,7 +99,7 @@ fn envelope(kind: &str, plural: &str, short: &str, versions: Vec<Value>) -> Valu
     })
 }
 
-/// The Cluster and Machine CRDs for `versions`, as JSON manifests.
+/// The Cluster, Machine, MachineDeployment and MachineSet CRDs for `versions`, as JSON manifests.
 ///
 /// Errors only if an embedded YAML file is malformed, which the unit tests rule out.
 pub fn crds(versions: CapiVersions) -> Vec<Value> {
@@ -110,6 +116,18 @@ pub fn crds(versions: CapiVersions) -> Vec<Value> {
                 "machines",
                 "ma",
                 version_entries(versions, MACHINE_V1BETA1, MACHINE_V1BETA2)?,
+            ),
+            envelope(
+                "MachineDeployment",
+                "machinedeployments",
+                "md",
+                version_entries(versions, MACHINE_DEPLOYMENT_V1BETA1, MACHINE_DEPLOYMENT_V1BETA2)?,
+            ),
+            envelope(
+                "MachineSet",
+                "machinesets",
+                "ms",
+                version_entries(versions, MACHINE_SET_V1BETA1, MACHINE_SET_V1BETA2)?,
             ),
         ])
     };
@@ -170,10 +188,10 @@ mod tests {
     }
 
     #[test]
-    fn every_configuration_builds_two_typed_crds() {
+    fn every_configuration_builds_four_typed_crds() {
         for versions in [CapiVersions::V1beta1, CapiVersions::V1beta2, CapiVersions::Both] {
             let all = crds(versions);
-            assert_eq!(all.len(), 2);
+            assert_eq!(all.len(), 4);
             for crd in all {
                 let _typed: CustomResourceDefinition = serde_json::from_value(crd.clone()).unwrap();
                 let storage: Vec<_> = served(&crd).into_iter().filter(|(_, s)| *s).collect();
@@ -202,5 +220,19 @@ mod tests {
         let machine2 = &crds(CapiVersions::V1beta2)[1];
         let refp = &machine2["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["infrastructureRef"];
         assert_eq!(refp["required"], json!(["apiGroup", "kind", "name"]));
+    }
+
+    #[test]
+    fn machine_deployments_and_sets_scale_their_spec_replicas() {
+        for versions in [CapiVersions::V1beta1, CapiVersions::V1beta2] {
+            for crd in &crds(versions)[2..] {
+                let version = &crd["spec"]["versions"][0];
+                assert_eq!(version["subresources"]["scale"]["specReplicasPath"], ".spec.replicas");
+                let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+                assert_eq!(spec["properties"]["replicas"]["format"], "int32");
+                // Required as in core, so an apply of the replicas alone can never create one.
+                assert!(spec["required"].as_array().unwrap().contains(&json!("clusterName")));
+            }
+        }
     }
 }

@@ -6,7 +6,9 @@
 //!
 //! # What is simulated
 //! - **CRDs** for `clusters.cluster.x-k8s.io` and `machines.cluster.x-k8s.io` in v1beta1
-//!   (CAPI ≤1.10, OpenShift 4.16–4.20), v1beta2 (CAPI ≥1.11) or both served ([`crds()`]).
+//!   (CAPI ≤1.10, OpenShift 4.16–4.20), v1beta2 (CAPI ≥1.11) or both served ([`crds()`]), and
+//!   for `machinedeployments` and `machinesets` (schema trimmed to the replica count and the
+//!   fields core requires, with the `scale` subresource), which are served but not reconciled.
 //! - **Cluster controller**: ownerRef + `cluster.x-k8s.io/cluster-name` label on the
 //!   InfraCluster and the control plane object (a controller ref with blockOwnerDeletion under
 //!   v1beta1, a plain ref under v1beta2, as core v1.10 and v1.14 do), infrastructure readiness mirrored from `status.ready` /
@@ -34,7 +36,8 @@
 //! core (both contracts, `scripts/genuine-test.sh`) and compares these facts.
 //!
 //! # What is not simulated
-//! MachineSets, MachineDeployments, MachineHealthChecks, ClusterClass/topology, control-plane
+//! What MachineDeployments and MachineSets do (rollouts, MachineSets and Machines made from
+//! their templates, replica status), MachineHealthChecks, ClusterClass/topology, control-plane
 //! providers (their object is owned, its readiness not read), Cluster deletion cascades and
 //! the `cluster.cluster.x-k8s.io` finalizer (garbage collection by ownerRefs does that part),
 //! webhooks and defaulting, the `Failed` phase and `failureReason/Message` copying,
