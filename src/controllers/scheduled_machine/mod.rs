@@ -114,6 +114,9 @@ impl crate::reconcile::ReconcileError for Error {
     }
 }
 
+/// A status write: the `resourceVersion` it was decided from, and what was written.
+type Written = (Option<String>, ScheduledMachineStatus);
+
 /// Controller state shared by reconciles.
 struct State {
     ctx: Arc<Context>,
@@ -122,9 +125,31 @@ struct State {
     gate: gate::CreationGate,
     /// Last phase per object, for the phase gauge.
     phases: Mutex<HashMap<ObjectRef<ScheduledMachine>, Phase>>,
+    /// The status last written per object, with the `resourceVersion` it was decided from.
+    written: Mutex<HashMap<ObjectRef<ScheduledMachine>, Written>>,
 }
 
 impl State {
+    /// The stored status to decide from. A reconcile woken (say, by a Machine event) before
+    /// the watch has brought back our last status write sees the object as it was before that
+    /// write; the status carries memory (the window's record, the provisioning durations), so
+    /// deciding from the stale copy would erase what the write added.
+    fn current_status(&self, sm: &ScheduledMachine) -> ScheduledMachineStatus {
+        let written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        match written.get(&ObjectRef::from_obj(sm)) {
+            Some((based_on, status)) if *based_on == sm.resource_version() => status.clone(),
+            _ => sm.status.clone().unwrap_or_default(),
+        }
+    }
+
+    fn remember_status(&self, sm: &ScheduledMachine, status: Option<ScheduledMachineStatus>) {
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        match status {
+            Some(status) => written.insert(ObjectRef::from_obj(sm), (sm.resource_version(), status)),
+            None => written.remove(&ObjectRef::from_obj(sm)),
+        };
+    }
+
     fn record_phase(&self, key: ObjectRef<ScheduledMachine>, phase: Option<Phase>) {
         let mut phases = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
         match phase {
@@ -173,7 +198,7 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
         remove_annotations(&api, sm, &seen.expired_overrides).await?;
         return Ok(Requeue::await_change());
     }
-    let current = sm.status.clone().unwrap_or_default();
+    let current = state.current_status(sm);
     let decision = decide(&current, &seen);
     let permit = if decision.action == Action::Create {
         let created = sm.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second());
@@ -189,6 +214,7 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
             apply_status(&api, &sm.name_any(), FIELD_MANAGER, &decision.status)
                 .await
                 .map_err(ApiError::write("status"))?;
+            state.remember_status(sm, Some(decision.status.clone()));
         }
         report_transition(sm, ctx, &current, &decision.status, seen.now).await;
         if let Some(lag) = decision.schedulable_lag {
@@ -202,6 +228,7 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
             .await
             .map_err(ApiError::write("finalizers"))?;
         state.record_phase(ObjectRef::from_obj(sm), None);
+        state.remember_status(sm, None);
     }
     Ok(decision.requeue.map_or_else(Requeue::await_change, |d| {
         Requeue::requeue(d.max(Duration::from_millis(10)))
@@ -369,6 +396,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
         machines,
         gate,
         phases: Mutex::default(),
+        written: Mutex::default(),
     });
     crate::reconcile::drive(
         controller,
