@@ -4,6 +4,7 @@
 //!
 //! Nothing here knows a kind's policy; `crate::controllers` holds one module per kind.
 
+pub mod annotations;
 pub mod capi;
 pub mod error;
 pub mod finalizer;

@@ -22,7 +22,7 @@ use std::{
 use futures::Stream;
 use kube::{
     Api, ResourceExt,
-    api::{DynamicObject, Patch, PatchParams},
+    api::DynamicObject,
     core::ApiResource,
     runtime::{
         WatchStreamExt,
@@ -37,7 +37,7 @@ use self::decide::{Outcome, Step, Target};
 use crate::{
     api::scheduled_capacity::ScheduledCapacity,
     app::health::Readiness,
-    reconcile::{ApiError, Context, Readying, drive, in_namespace, refs_where, wait_synced, write_status},
+    reconcile::{ApiError, Context, Readying, annotations, drive, in_namespace, refs_where, wait_synced, write_status},
 };
 
 /// Controller name in metrics and logs.
@@ -83,7 +83,7 @@ async fn reconcile(sc: Arc<ScheduledCapacity>, state: Arc<State>) -> Result<Requ
     let mut seen = observe::observe(&sc, ctx, &state.targets).await?;
     if !seen.expired.is_empty() {
         // The write brings the object back with the annotations gone.
-        remove_annotations(&api, &sc, &seen.expired).await?;
+        annotations::remove(&api, &*sc, &seen.expired, "expired override annotations").await?;
         return Ok(Requeue::await_change());
     }
     let key = seen
@@ -135,23 +135,6 @@ async fn apply(
             None => Err(ApiError::write(format!("spec.replicas of {}", found.describe))(err)),
         },
     }
-}
-
-/// Remove override annotations whose instant has passed (they no longer say anything).
-async fn remove_annotations(
-    api: &Api<ScheduledCapacity>,
-    sc: &ScheduledCapacity,
-    keys: &[&str],
-) -> Result<(), ApiError> {
-    let gone: serde_json::Map<String, serde_json::Value> = keys
-        .iter()
-        .map(|k| ((*k).to_owned(), serde_json::Value::Null))
-        .collect();
-    let patch = serde_json::json!({"metadata": {"annotations": gone, "resourceVersion": sc.resource_version()}});
-    api.patch(&sc.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .map_err(ApiError::write("expired override annotations"))?;
-    Ok(())
 }
 
 /// The ScheduledCapacities in `obj`'s namespace that target it, a `kind`.

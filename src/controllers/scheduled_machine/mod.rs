@@ -37,7 +37,7 @@ use kube::{
 use tokio_util::sync::CancellationToken;
 
 use self::plan::{Action, Decision, decide};
-use crate::reconcile::{ApiError, Context, apply_status, finalizer, publish_event, wait_synced};
+use crate::reconcile::{ApiError, Context, annotations, apply_status, finalizer, publish_event, wait_synced};
 use crate::{
     api::{
         ScheduledMachine,
@@ -195,7 +195,7 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
     let seen = observe::observe(sm, ctx, &state.machines).await?;
     if !seen.expired_overrides.is_empty() {
         // The write brings the object back with the annotations gone.
-        remove_annotations(&api, sm, &seen.expired_overrides).await?;
+        annotations::remove(&api, sm, &seen.expired_overrides, "expired override annotations").await?;
         return Ok(Requeue::await_change());
     }
     let current = state.current_status(sm);
@@ -233,23 +233,6 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
     Ok(decision.requeue.map_or_else(Requeue::await_change, |d| {
         Requeue::requeue(d.max(Duration::from_millis(10)))
     }))
-}
-
-/// Remove override annotations whose instant has passed (they no longer say anything).
-async fn remove_annotations(api: &Api<ScheduledMachine>, sm: &ScheduledMachine, keys: &[&str]) -> Result<(), Error> {
-    let gone: serde_json::Map<String, serde_json::Value> = keys
-        .iter()
-        .map(|k| ((*k).to_owned(), serde_json::Value::Null))
-        .collect();
-    let patch = serde_json::json!({"metadata": {"annotations": gone, "resourceVersion": sm.resource_version()}});
-    api.patch(
-        &sm.name_any(),
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(patch),
-    )
-    .await
-    .map_err(ApiError::write("expired override annotations"))?;
-    Ok(())
 }
 
 async fn act(sm: &ScheduledMachine, ctx: &Context, decision: &Decision) -> Result<(), Error> {
