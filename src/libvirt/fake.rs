@@ -31,8 +31,8 @@ use uuid::Uuid;
 use super::{
     domain_xml::DomainXml,
     hypervisor::{
-        DomainInfo, DomainState, HostInfo, HvResult, Hypervisor, HypervisorError, ObjectKind, PoolInfo, VolumeInfo,
-        VolumeRef,
+        DomainInfo, DomainState, HostInfo, HvResult, Hypervisor, HypervisorError, NodeStats, ObjectKind, PoolInfo,
+        VolumeInfo, VolumeRef,
     },
     volume_xml::VolumeXml,
     xml::{XmlInputError, element_text},
@@ -72,6 +72,8 @@ pub enum Op {
     DownloadVolume,
     /// [`Hypervisor::delete_volume`].
     DeleteVolume,
+    /// [`Hypervisor::node_stats`].
+    NodeStats,
 }
 
 struct Volume {
@@ -114,6 +116,7 @@ struct State {
     domains: BTreeMap<String, Domain>,
     calls: HashMap<Op, usize>,
     failures: HashMap<Op, HypervisorError>,
+    stats: NodeStats,
 }
 
 impl State {
@@ -281,6 +284,11 @@ impl FakeHypervisor {
             Some(p) => p.active = active,
             None => panic!("set_pool_active: no pool {name:?}"),
         }
+    }
+
+    /// What [`Hypervisor::node_stats`] reports from now on.
+    pub fn set_node_stats(&self, stats: NodeStats) {
+        self.lock().stats = stats;
     }
 
     /// The next call of `op` returns `err` and changes nothing; later calls behave normally.
@@ -516,83 +524,13 @@ impl Hypervisor for FakeHypervisor {
             .map(drop)
             .ok_or_else(|| not_found(ObjectKind::Volume, &format!("{pool}/{name}")))
     }
+
+    fn node_stats(&self) -> HvResult<NodeStats> {
+        let mut s = self.lock();
+        s.enter(Op::NodeStats)?;
+        Ok(s.stats)
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::libvirt::{domain_xml::tests::plan, volume_xml::ignition_volume};
-
-    fn hv() -> FakeHypervisor {
-        FakeHypervisor::new()
-            .with_pool("p", "/pool/", true)
-            .with_volume("p", "base", 100)
-    }
-
-    #[test]
-    fn keeps_the_lookup_and_creator_contract() {
-        let hv = hv();
-        assert_eq!(hv.volume("p", "nope").unwrap(), None);
-        assert_eq!(hv.domain("nope").unwrap(), None);
-        assert!(matches!(
-            hv.volume("q", "x"),
-            Err(HypervisorError::StoragePoolNotFound { .. })
-        ));
-        let ign = ignition_volume("w", 4).unwrap();
-        let info = hv.create_volume("p", &ign).unwrap();
-        assert_eq!((info.path.as_str(), info.capacity), ("/pool/w-ignition.ign", 4));
-        assert_eq!(hv.volume_bytes("p", &ign.name).unwrap(), [0; 4], "preallocated zeros");
-        assert!(matches!(
-            hv.create_volume("p", &ign),
-            Err(HypervisorError::AlreadyExists { .. })
-        ));
-        let from = VolumeRef {
-            pool: "p",
-            name: "gone",
-        };
-        assert!(matches!(
-            hv.clone_volume("p", &ign, from),
-            Err(HypervisorError::BaseImageNotFound { .. })
-        ));
-        hv.upload_volume("p", &ign.name, b"ab").unwrap();
-        assert_eq!(hv.download_volume("p", &ign.name, 3).unwrap(), b"ab\0");
-        assert!(hv.upload_volume("p", "gone", b"x").unwrap_err().is_not_found());
-        assert!(hv.delete_volume("p", "gone").unwrap_err().is_not_found());
-        hv.set_pool_active("p", false);
-        assert!(hv.volume("p", "base").unwrap_err().is_transient());
-    }
-
-    #[test]
-    fn domains_follow_the_contract_and_failures_fire_once() {
-        let hv = hv();
-        let xml = plan().to_xml().unwrap();
-        hv.fail_next(Op::DefineAndStart, invalid("x", "injected"));
-        assert!(hv.define_and_start(&xml).is_err());
-        assert!(hv.domains().is_empty(), "a failed call changes nothing");
-        let d = hv.define_and_start(&xml).unwrap();
-        assert_eq!(
-            (d.name.as_str(), d.uuid, d.state),
-            ("worker-1", xml.uuid, DomainState::Running)
-        );
-        assert_eq!(hv.calls(Op::DefineAndStart), 2);
-        let mut renamed = xml.clone();
-        renamed.name = "other".into();
-        renamed.xml = renamed.xml.replace("<name>worker-1</name>", "<name>other</name>");
-        assert!(matches!(
-            hv.define_and_start(&renamed),
-            Err(HypervisorError::AlreadyExists { .. })
-        ));
-        hv.start("worker-1").unwrap();
-        hv.destroy("worker-1").unwrap();
-        hv.destroy("worker-1").unwrap();
-        assert_eq!(hv.domain("worker-1").unwrap().unwrap().state, DomainState::Shutoff);
-        hv.undefine_with_nvram("worker-1").unwrap();
-        assert!(hv.undefine_with_nvram("worker-1").unwrap_err().is_not_found());
-        assert!(hv.destroy("worker-1").unwrap_err().is_not_found());
-        hv.insert_domain("t", Uuid::nil(), DomainState::Running);
-        hv.undefine_with_nvram("t").unwrap();
-        assert!(!hv.domains()[0].persistent, "a running domain becomes transient");
-        hv.destroy("t").unwrap();
-        assert!(hv.list_domains().unwrap().is_empty());
-    }
-}
+mod tests;

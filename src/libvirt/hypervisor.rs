@@ -41,6 +41,22 @@ pub struct HostInfo {
     pub free_memory_mib: Option<u64>,
 }
 
+/// The host's own load, from libvirt's node statistics: what the person at the hypervisor
+/// feels, as opposed to what the guests are given. CPU times are cumulative since the host
+/// booted, so a load needs two samples ([`super::pressure`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Memory the host could hand out now (free, buffers and page cache), MiB; `None` when the
+    /// driver does not report memory statistics (the test driver).
+    pub available_memory_mib: Option<u64>,
+    /// CPU time spent busy (user and system) over all CPUs, ns.
+    pub cpu_busy_ns: u64,
+    /// All CPU time (busy, idle and iowait) over all CPUs, ns.
+    pub cpu_total_ns: u64,
+    /// CPU time the running guests have used, ns (their own cumulative times, summed).
+    pub guest_cpu_ns: u64,
+}
+
 /// libvirt domain states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DomainState {
@@ -302,6 +318,9 @@ pub trait Hypervisor: Send + Sync {
     fn download_volume(&self, pool: &str, name: &str, max_len: u64) -> HvResult<Vec<u8>>;
     /// Deletes a volume and its data.
     fn delete_volume(&self, pool: &str, name: &str) -> HvResult<()>;
+    /// The host's memory and CPU statistics (`virNodeGetMemoryStats`, `virNodeGetCPUStats`) and
+    /// the guests' CPU time, with no remote shell.
+    fn node_stats(&self) -> HvResult<NodeStats>;
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod domain_xml;
 pub mod fake;
 pub mod hypervisor;
 pub mod identity;
+pub mod pressure;
 #[cfg(feature = "sandbox")]
 pub mod simulated;
 pub mod ssh;

@@ -53,12 +53,13 @@ use virt::stream::Stream;
 use virt::sys;
 
 mod convert;
+mod node_stats;
 
 use convert::{code_name, code_of, convert_state, is_already_exists, is_code, is_unsupported_flags, version_string};
 
 use super::domain_xml::DomainXml;
 use super::hypervisor::{
-    DomainInfo, HostInfo, HvResult, Hypervisor, HypervisorError, ObjectKind, PoolInfo, VolumeInfo, VolumeRef,
+    DomainInfo, HostInfo, HvResult, Hypervisor, HypervisorError, NodeStats, ObjectKind, PoolInfo, VolumeInfo, VolumeRef,
 };
 use super::volume_xml::VolumeXml;
 use super::xml::element_text;
@@ -566,6 +567,10 @@ impl Hypervisor for VirtHypervisor {
             }
         }
         Ok(())
+    }
+
+    fn node_stats(&self) -> HvResult<NodeStats> {
+        node_stats::sample(self.conn()?).map_err(|(operation, e)| self.err(operation, &e))
     }
 }
 

@@ -83,6 +83,27 @@ fn at_most_eight_files_sit_loose_in_src() {
     assert!(loose.len() <= 8, "{} loose files in src/: {loose:?}", loose.len());
 }
 
+/// `unsafe` is denied workspace-wide; only the libvirt node statistics call C directly.
+#[test]
+fn unsafe_code_lives_in_one_module() {
+    const ALLOWED: &str = "src/libvirt/virt_backend/node_stats.rs";
+    let mut files = rust_files(&Path::new(ROOT).join("src"));
+    for krate in ["crates/memkube/src", "crates/capi-sim/src"] {
+        files.extend(rust_files(&Path::new(ROOT).join(krate)));
+    }
+    let unsafe_files: Vec<String> = files
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(p).unwrap().lines().any(|l| {
+                !l.trim_start().starts_with("//")
+                    && (l.contains("unsafe {") || l.contains("unsafe fn") || l.contains("allow(unsafe_code"))
+            })
+        })
+        .map(|p| relative(&p))
+        .collect();
+    assert_eq!(unsafe_files, [ALLOWED], "unsafe outside its module");
+}
+
 #[test]
 fn no_product_file_is_over_600_lines() {
     let long: Vec<String> = rust_files(&Path::new(ROOT).join("src"))

@@ -69,6 +69,21 @@ fn capabilities_of_a_private_test_node() {
 }
 
 #[test]
+fn node_stats_of_the_test_driver_have_cpu_but_no_memory() {
+    let f = Fixture::new();
+    let stats = f.hv.node_stats().unwrap();
+    assert_eq!(
+        stats.available_memory_mib, None,
+        "the test driver has no memory statistics"
+    );
+    assert!(
+        stats.cpu_total_ns > stats.cpu_busy_ns && stats.cpu_busy_ns > 0,
+        "{stats:?}"
+    );
+    assert_eq!(stats.guest_cpu_ns, 0, "no guests run");
+}
+
+#[test]
 fn connection_failures_are_typed() {
     let e = VirtHypervisor::connect("test:///nonexistent/dir/node.xml").unwrap_err();
     assert_eq!(e.reason(), "ConnectionFailed", "{e}");
@@ -293,6 +308,15 @@ fn real_libvirt_storage_roundtrip() {
         // A daemon without any QEMU binary still serves storage.
         Err(e) => assert_eq!(e.reason(), "HypervisorUnavailable", "{e}"),
     }
+    // The host's own statistics, as the reclaim measurement reads them.
+    let stats = hv.node_stats().unwrap();
+    let total_mib = hv.conn().unwrap().node_info().unwrap().memory / 1024;
+    let available = stats.available_memory_mib.expect("QEMU hosts report memory statistics");
+    assert!(available > 0 && available <= total_mib, "{stats:?} of {total_mib} MiB");
+    assert!(
+        stats.cpu_total_ns >= stats.cpu_busy_ns && stats.cpu_busy_ns > 0,
+        "{stats:?}"
+    );
     let c = hv.conn().unwrap();
     let pool_xml = format!(
         "<pool type='dir'><name>caplv-rt</name><target><path>{}</path></target></pool>",
