@@ -140,6 +140,9 @@ pub struct LibvirtHostStatus {
     /// What the host has, and what is left for new machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<HostCapacity>,
+    /// The host's own load at the last check, from libvirt's node statistics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<HostLoad>,
     /// libvirt version the host reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub libvirt_version: Option<String>,
@@ -158,6 +161,20 @@ pub struct LibvirtHostStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// What the host's owner feels: memory the host could still hand out, and the CPU it spends on
+/// everything but this manager's guests.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HostLoad {
+    /// Free memory plus buffers and page cache, MiB (absent when the driver does not say).
+    #[serde(default, rename = "availableMemoryMB", skip_serializing_if = "Option::is_none")]
+    pub available_memory_mb: Option<i64>,
+    /// CPU used by anything but the guests since the previous check, percent of all CPUs
+    /// (absent until two checks are far enough apart).
+    #[serde(default, rename = "hostCPUPercent", skip_serializing_if = "Option::is_none")]
+    pub host_cpu_percent: Option<i32>,
 }
 
 /// Host capacity in vCPUs and MiB of memory.

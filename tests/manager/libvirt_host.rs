@@ -160,3 +160,52 @@ async fn libvirt_host_with_an_unusable_key_says_so() {
     assert!(!c.message.contains("not a key"), "{}", c.message);
     env.stop().await;
 }
+
+/// Write faked node statistics for a test-driver host (its own are constant, without memory).
+fn fake_stats(uri: &str, available_mib: u64, busy_s: u64, total_s: u64, guests_s: u64) {
+    let ns = 1_000_000_000u64;
+    let json = serde_json::json!({
+        "availableMemoryMib": available_mib,
+        "cpuBusyNs": busy_s * ns,
+        "cpuTotalNs": total_s * ns,
+        "guestCpuNs": guests_s * ns,
+    });
+    let path = caplv::libvirt::virt_backend::faked_stats_path(uri).unwrap();
+    std::fs::write(path, json.to_string()).unwrap();
+}
+
+#[tokio::test]
+async fn libvirt_host_reports_its_owners_load_from_node_statistics() {
+    let env = Env::start().await;
+    let (_dir, uri) = test_node();
+    fake_stats(&uri, 812, 100, 1000, 40);
+    apply_yaml(&env.client, &host_yaml("loaded", &uri, "")).await;
+    let api: Api<LibvirtHost> = Api::namespaced(env.client.clone(), "default");
+    wait_for(&api, "loaded", condition::READY, "True", "Connected").await;
+    let load = api.get("loaded").await.unwrap().status.unwrap().load.unwrap();
+    assert_eq!(load.available_memory_mb, Some(812));
+    assert_eq!(load.host_cpu_percent, None, "a rate needs two samples");
+
+    // A later check, past the rate's five-second window: 16 CPUs for 10 s is 160 s of CPU
+    // time, 80 s busy, 48 s of it the guests', so the owner's load is 20%.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    fake_stats(&uri, 700, 180, 1160, 88);
+    let nudge = serde_json::json!({"metadata": {"annotations": {"test/nudge": "1"}}});
+    api.patch(
+        "loaded",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(nudge),
+    )
+    .await
+    .unwrap();
+    wait_until("the owner's CPU load reported", || async {
+        api.get("loaded")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.load)
+            .is_some_and(|l| l.host_cpu_percent == Some(20) && l.available_memory_mb == Some(700))
+    })
+    .await;
+    env.stop().await;
+}

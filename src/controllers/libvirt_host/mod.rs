@@ -24,6 +24,8 @@
 //!   `min(interval, 30 s)`. Secrets are watched (metadata only) and mapped to the hosts that
 //!   reference them, so a new or rotated key is picked up at once.
 
+mod load;
+
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::Time};
@@ -48,12 +50,15 @@ use crate::reconcile::{
 use crate::{
     api::{
         condition::{self, DesiredCondition, Status},
-        libvirt_host::{HostCapacity, HostCondition, HostReason, LibvirtHost, LibvirtHostSpec, LibvirtHostStatus},
+        libvirt_host::{
+            HostCapacity, HostCondition, HostLoad, HostReason, LibvirtHost, LibvirtHostSpec, LibvirtHostStatus,
+        },
         libvirt_machine::LibvirtMachine,
     },
     app::health::Readiness,
     libvirt::hypervisor::HostInfo,
 };
+use load::LoadSampler;
 
 /// Controller name in metrics and logs.
 pub const NAME: &str = "libvirthost";
@@ -92,6 +97,8 @@ pub enum Observation {
         fingerprint: Option<String>,
         /// What this manager's machines have committed on the host.
         committed: Resources,
+        /// The host's own load, when its statistics could be read.
+        load: Option<HostLoad>,
     },
     /// The host could not be reached or used.
     Failed(Failure),
@@ -143,9 +150,11 @@ pub fn plan(
             info,
             fingerprint,
             committed,
+            load,
         } => {
             status.ready = true;
             status.capacity = Some(capacity(info, spec, *committed));
+            status.load.clone_from(load);
             status.libvirt_version = Some(info.libvirt_version.clone());
             status.kvm_available = Some(info.kvm_available);
             if fingerprint.is_some() {
@@ -201,23 +210,29 @@ struct State {
     ctx: Arc<Context>,
     store: Store<LibvirtHost>,
     shared: Shared,
+    /// The load sampler of each host.
+    load: LoadSampler,
 }
 
-/// Connect (or reuse the shared connection) and read the host's capabilities.
+/// Connect (or reuse the shared connection) and read the host's capabilities and statistics.
 async fn observe(host: &LibvirtHost, state: &State) -> Result<Observation, Error> {
     let called = state
         .shared
         .hosts
-        .call(&state.ctx.client, host, |hv| hv.capabilities())
+        .call(&state.ctx.client, host, |hv| {
+            // Statistics are a bonus: a host that cannot give them is still usable.
+            hv.capabilities().map(|info| (info, hv.node_stats().ok()))
+        })
         .await?;
     Ok(match called {
         HostCall::Ran {
-            result: Ok(info),
+            result: Ok((info, stats)),
             fingerprint,
         } => Observation::Probed {
             info,
             fingerprint,
             committed: state.shared.placement.committed(&host_id(host)),
+            load: stats.map(|s| state.load.load(&ObjectRef::from_obj(host), s)),
         },
         HostCall::Ran {
             result: Err(e),
@@ -294,6 +309,7 @@ pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdo
         ctx: ctx.clone(),
         store,
         shared,
+        load: LoadSampler::default(),
     });
     crate::reconcile::drive(
         controller,

@@ -26,6 +26,7 @@ fn probed() -> Observation {
         info: info(),
         fingerprint: Some("SHA256:abc".into()),
         committed: Resources::default(),
+        load: None,
     }
 }
 
@@ -146,4 +147,43 @@ fn unchanged_host_does_not_rewrite_last_checked_within_half_an_interval() {
     );
     assert_eq!(later.status.last_checked, Some(time("2026-01-01T00:05:00Z")));
     assert_eq!(later.status.conditions, first.status.conditions);
+}
+
+#[test]
+fn the_load_goes_into_status_and_stays_when_a_check_fails() {
+    let load = HostLoad {
+        available_memory_mb: Some(812),
+        host_cpu_percent: Some(35),
+    };
+    let Observation::Probed {
+        info,
+        fingerprint,
+        committed,
+        ..
+    } = probed()
+    else {
+        unreachable!()
+    };
+    let loaded = Observation::Probed {
+        info,
+        fingerprint,
+        committed,
+        load: Some(load.clone()),
+    };
+    let p = plan(
+        &LibvirtHostStatus::default(),
+        &spec(),
+        Some(1),
+        &loaded,
+        &time("2026-01-01T00:00:00Z"),
+    );
+    assert_eq!(p.status.load, Some(load.clone()));
+    let failed = Observation::Failed(Failure::from(
+        crate::libvirt::hypervisor::HypervisorError::ConnectionFailed {
+            uri: "qemu:///system".into(),
+            message: "gone".into(),
+        },
+    ));
+    let p = plan(&p.status, &spec(), Some(1), &failed, &time("2026-01-01T00:01:00Z"));
+    assert_eq!(p.status.load, Some(load), "the last known load, like the capacity");
 }

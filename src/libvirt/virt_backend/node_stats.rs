@@ -64,6 +64,38 @@ fn read_fields<T: Copy>(
         .collect())
 }
 
+/// Statistics a test puts beside a test driver's node file (`<node>.xml.stats.json`), since
+/// the test driver's own are constant and it has no memory statistics: the sandbox and the
+/// tests use it to put a simulated host under pressure. Read only for `test:` URIs.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FakedStats {
+    available_memory_mib: Option<u64>,
+    cpu_busy_ns: u64,
+    cpu_total_ns: u64,
+    #[serde(default)]
+    guest_cpu_ns: u64,
+}
+
+/// Where a test puts faked statistics for test driver `uri` (`None` for other URIs).
+#[must_use]
+pub fn faked_stats_path(uri: &str) -> Option<std::path::PathBuf> {
+    uri.strip_prefix("test://")
+        .map(|node_file| format!("{node_file}.stats.json").into())
+}
+
+/// The faked statistics for test driver `uri`, if a test wrote them.
+pub fn faked(uri: &str) -> Option<NodeStats> {
+    let text = std::fs::read_to_string(faked_stats_path(uri)?).ok()?;
+    let f: FakedStats = serde_json::from_str(&text).ok()?;
+    Some(NodeStats {
+        available_memory_mib: f.available_memory_mib,
+        cpu_busy_ns: f.cpu_busy_ns,
+        cpu_total_ns: f.cpu_total_ns,
+        guest_cpu_ns: f.guest_cpu_ns,
+    })
+}
+
 /// One sample of the host: memory (unknown where the driver has no memory statistics, like
 /// the test driver), CPU, and the running guests' CPU time. A failure names its operation.
 pub fn sample(c: &Connect) -> Result<NodeStats, (&'static str, VirtError)> {

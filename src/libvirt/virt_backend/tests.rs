@@ -81,6 +81,17 @@ fn node_stats_of_the_test_driver_have_cpu_but_no_memory() {
         "{stats:?}"
     );
     assert_eq!(stats.guest_cpu_ns, 0, "no guests run");
+    // A test can fake them beside the node file.
+    std::fs::write(
+        faked_stats_path(f.hv.uri()).unwrap(),
+        r#"{"availableMemoryMib": 700, "cpuBusyNs": 5, "cpuTotalNs": 9}"#,
+    )
+    .unwrap();
+    let faked = f.hv.node_stats().unwrap();
+    assert_eq!(
+        (faked.available_memory_mib, faked.cpu_busy_ns, faked.cpu_total_ns),
+        (Some(700), 5, 9)
+    );
 }
 
 #[test]
