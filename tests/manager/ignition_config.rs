@@ -7,14 +7,14 @@ use caplv::api::{
     IgnitionConfig,
     condition::{self, Condition},
 };
-use k8s_openapi::{ByteString, api::core::v1::Secret, api::events::v1::Event};
+use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams},
 };
 use serde_json::json;
 
-use crate::support::{Env, apply_yaml, deadline, wait_until};
+use crate::support::{Env, apply_yaml, deadline, events_about, wait_until};
 
 /// A fake SSH key inside every config: it must never appear in status or Events.
 const SSH_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIgnitionConfigTestKeyMustStayInside";
@@ -91,18 +91,6 @@ async fn wait_data(env: &Env, name: &str, want: &[u8]) {
         data_value(env, name).await.as_deref() == Some(want)
     })
     .await;
-}
-
-async fn events_about(env: &Env, name: &str) -> Vec<Event> {
-    let events: Api<Event> = Api::namespaced(env.client.clone(), "default");
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .collect()
 }
 
 async fn wait_event(env: &Env, name: &str, type_: &str, reason: &str) {

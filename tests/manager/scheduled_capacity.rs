@@ -9,7 +9,6 @@ use caplv::api::{
     condition::{self, Condition},
 };
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::events::v1::Event;
 use kube::{
     Api, ResourceExt,
     api::{DynamicObject, ListParams, Patch, PatchParams, PostParams},
@@ -17,7 +16,7 @@ use kube::{
 };
 use serde_json::json;
 
-use crate::support::{Env, apply_yaml, genuine, wait_until};
+use crate::support::{Env, apply_yaml, events_about, genuine, wait_until};
 
 /// Monday 2026-12-07, 08:59:58 in New York: two seconds before `mon-fri 9-17` opens.
 const BEFORE_OPEN: &str = "2026-12-07T13:59:58Z";
@@ -158,18 +157,6 @@ async fn nudge(env: &Env, name: &str) {
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .unwrap();
-}
-
-async fn events_about(env: &Env, name: &str) -> Vec<Event> {
-    let events: Api<Event> = Api::namespaced(env.client.clone(), "default");
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .collect()
 }
 
 /// The field managers owning `spec.replicas`, as `manager/operation`.

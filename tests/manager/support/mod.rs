@@ -204,6 +204,19 @@ where
     }
 }
 
+/// The Events in namespace `default` about the object called `name`.
+pub async fn events_about(env: &Env, name: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(env.client.clone(), "default");
+    events
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect()
+}
+
 /// Apply a YAML document with server-side apply as a test user.
 pub async fn apply_yaml(client: &Client, yaml: &str) {
     let value: serde_json::Value = serde_yaml::from_str(yaml).unwrap();
