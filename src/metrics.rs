@@ -35,6 +35,8 @@ pub struct Metrics {
     pub machine_events: IntCounterVec,
     /// Seconds a provisioning pass (disks, Ignition, define, start) spent on the host.
     pub provision_duration: Histogram,
+    /// Spot machines a host reclaimed for its owner, by reason (`MemoryPressure`, `CPUPressure`).
+    pub host_reclaims: IntCounterVec,
     /// Kubelet CSR decisions by kind (`client`, `serving`), decision (`approved`, `ignored`) and
     /// reason.
     pub csr_decisions: IntCounterVec,
@@ -111,6 +113,13 @@ impl Metrics {
             )
             .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0]),
         )?;
+        let host_reclaims = IntCounterVec::new(
+            Opts::new(
+                "host_reclaims_total",
+                "Spot machines a LibvirtHost reclaimed for its owner, by reason",
+            ),
+            &["reason"],
+        )?;
         let csr_decisions = IntCounterVec::new(
             Opts::new(
                 "csr_decisions_total",
@@ -120,6 +129,7 @@ impl Metrics {
         )?;
         registry.register(Box::new(csr_decisions.clone()))?;
         registry.register(Box::new(machine_events.clone()))?;
+        registry.register(Box::new(host_reclaims.clone()))?;
         registry.register(Box::new(provision_duration.clone()))?;
         registry.register(Box::new(scheduled_machines.clone()))?;
         registry.register(Box::new(phase_transitions.clone()))?;
@@ -147,6 +157,7 @@ impl Metrics {
             edge_schedulable_lag,
             machine_events,
             provision_duration,
+            host_reclaims,
             csr_decisions,
         })
     }

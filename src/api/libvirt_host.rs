@@ -5,7 +5,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::condition::Condition;
+use super::{common::DURATION_PATTERN, condition::Condition};
 
 /// Desired state of a LibvirtHost.
 #[derive(CustomResource, KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -41,6 +41,18 @@ use super::condition::Condition;
         type_ = "integer",
         json_path = ".status.capacity.availableMemoryMB",
         description = "Memory (MB) available to new machines"
+    ),
+    printcolumn(
+        name = "Pressure",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"UnderPressure\")].reason",
+        description = "What the reclaim policy sees: WithinLimits, PressureBuilding, MemoryPressure or CPUPressure"
+    ),
+    printcolumn(
+        name = "Reclaiming",
+        type_ = "string",
+        json_path = ".status.reclaim.victim.scheduledMachine",
+        description = "The ScheduledMachine being removed to give the host back to its owner"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -81,6 +93,56 @@ pub struct LibvirtHostSpec {
     #[serde(default = "default_health_check_interval")]
     #[schemars(range(min = 30, max = 86400))]
     pub health_check_interval_seconds: i32,
+    /// Give the host back to its owner: when the host's own memory or CPU use crosses a limit
+    /// for a while, its spot machines (those a ScheduledMachine created) are removed, lowest
+    /// priority first and one at a time, until the pressure is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<ReclaimPolicy>,
+}
+
+/// When and how a host takes its spot machines back. The host is checked every `for / 2`
+/// (between 1 s and 15 s) while a policy is set.
+#[derive(KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("has(self.minFreeMemoryMB) || has(self.maxHostCPUPercent)").message("set minFreeMemoryMB, maxHostCPUPercent or both"))]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimPolicy {
+    /// Reclaim while the memory the host could still hand out (free, buffers and page cache)
+    /// stays below this many MiB.
+    #[serde(default, rename = "minFreeMemoryMB", skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub min_free_memory_mb: Option<i64>,
+    /// Reclaim while the CPU the host spends on anything but its guests stays above this
+    /// percentage of all its CPUs.
+    #[serde(default, rename = "maxHostCPUPercent", skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_host_cpu_percent: Option<i32>,
+    /// How long a limit must stay crossed before a machine is removed; after each removal the
+    /// host gets as long again to recover before the next one.
+    #[serde(default = "default_reclaim_for", rename = "for")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub for_: String,
+    /// Upper bound on draining a reclaimed machine's Node (the ScheduledMachine's own
+    /// `nodeDrainTimeout` applies when shorter).
+    #[serde(default = "default_reclaim_drain_timeout")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub drain_timeout: String,
+    /// How long a reclaimed machine stays off once it is gone; then it returns if its window
+    /// is still open.
+    #[serde(default = "default_reclaim_cool_down")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub cool_down: String,
+}
+
+fn default_reclaim_for() -> String {
+    "1m".to_owned()
+}
+
+fn default_reclaim_drain_timeout() -> String {
+    "2m".to_owned()
+}
+
+fn default_reclaim_cool_down() -> String {
+    "30m".to_owned()
 }
 
 fn default_health_check_interval() -> i32 {
@@ -140,9 +202,13 @@ pub struct LibvirtHostStatus {
     /// What the host has, and what is left for new machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<HostCapacity>,
-    /// The host's own load at the last check, from libvirt's node statistics.
+    /// The host's own load at the last check, from libvirt's node statistics. With a reclaim
+    /// policy the host is sampled more often, but this is refreshed at the health-check pace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<HostLoad>,
+    /// What the reclaim policy is doing (absent without `spec.reclaim`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<ReclaimStatus>,
     /// libvirt version the host reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub libvirt_version: Option<String>,
@@ -155,7 +221,7 @@ pub struct LibvirtHostStatus {
     /// When the host was last checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_checked: Option<Time>,
-    /// `Ready`, `Reachable`.
+    /// `Ready`, `Reachable`, and `UnderPressure` with a reclaim policy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status describes.
@@ -175,6 +241,36 @@ pub struct HostLoad {
     /// (absent until two checks are far enough apart).
     #[serde(default, rename = "hostCPUPercent", skip_serializing_if = "Option::is_none")]
     pub host_cpu_percent: Option<i32>,
+}
+
+/// The reclaim policy's memory: since when the host has been under pressure, and which spot
+/// machine it is giving up.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimStatus {
+    /// When a limit was first seen crossed, or when the last reclaimed machine was gone (each
+    /// removal gets `for` to take effect). Absent while the host is within its limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure_since: Option<Time>,
+    /// The spot machine being removed now; one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub victim: Option<ReclaimVictim>,
+}
+
+/// A spot machine the host reclaims.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimVictim {
+    /// The LibvirtMachine, in the host's namespace.
+    pub machine: String,
+    /// The ScheduledMachine that created it, which removes it.
+    pub scheduled_machine: String,
+    /// `MemoryPressure` or `CPUPressure`.
+    pub reason: String,
+    /// The measurement and the limit it crossed.
+    pub message: String,
+    /// When it was chosen.
+    pub since: Time,
 }
 
 /// Host capacity in vCPUs and MiB of memory.
@@ -202,6 +298,27 @@ crate::condition_names! {
         Ready,
         /// The manager reached libvirt on the host.
         Reachable,
+        /// The host's owner needs it back: a `spec.reclaim` limit has been crossed for `for`.
+        UnderPressure,
+    }
+}
+
+crate::condition_names! {
+    /// Reasons of a LibvirtHost's `UnderPressure`; a reclaimed ScheduledMachine reports the
+    /// pressure's reason too.
+    pub enum PressureReason {
+        /// False: every limit holds.
+        WithinLimits,
+        /// False: a limit is crossed, not yet for `for`.
+        PressureBuilding,
+        /// True: available memory below `minFreeMemoryMB`.
+        MemoryPressure,
+        /// True: the host's own CPU use above `maxHostCPUPercent`.
+        CpuPressure = "CPUPressure",
+        /// False: a duration in `spec.reclaim` cannot be read.
+        InvalidReclaim,
+        /// Unknown: libvirt on this host gives no node statistics.
+        Unmeasured,
     }
 }
 

@@ -47,6 +47,9 @@ pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// Label carrying a ScheduledMachine's priority onto the objects it creates; LibvirtMachines
 /// waiting for host capacity are admitted highest first.
 pub const PRIORITY_LABEL: &str = "5spot.finos.org/priority";
+/// Label naming the ScheduledMachine an object was created for: watches and adoption use it,
+/// and a host's reclaim policy treats a LibvirtMachine carrying it as a spot machine.
+pub const SCHEDULED_MACHINE_LABEL: &str = "5spot.finos.org/scheduled-machine";
 
 /// Every CRD this binary defines, in a stable order (the order `caplv-manager crds` prints).
 pub fn crds() -> Vec<CustomResourceDefinition> {
@@ -144,7 +147,7 @@ mod readme_tests {
             (
                 "LibvirtHost",
                 set!(libvirt_host::HostCondition),
-                set!(libvirt_host::HostReason),
+                &set!(libvirt_host::HostReason) | &set!(libvirt_host::PressureReason),
             ),
             (
                 "LibvirtMachine",

@@ -8,13 +8,13 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{common::preserve_unknown_object, condition::Condition};
+use super::{
+    common::{DURATION_PATTERN, preserve_unknown_object},
+    condition::Condition,
+};
 
 /// A calendar date, `YYYY-MM-DD`.
 const DATE_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$";
-
-/// A Go-style duration such as `5m`, `90s` or `1h30m`.
-const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
 
 /// A duration as [`DURATION_PATTERN`], or `auto`.
 const LEAD_TIME_PATTERN: &str = r"^(auto|([0-9]+(\.[0-9]+)?(ms|s|m|h))+)$";
@@ -305,6 +305,9 @@ pub enum Phase {
     Disabled,
     /// Kill switch on, nothing exists.
     Terminated,
+    /// Its host reclaimed it for the host's owner: being removed, then off for the host's
+    /// `coolDown` (condition `Reclaimed` says why).
+    Reclaimed,
     /// A problem needs attention; see conditions.
     Error,
 }
@@ -321,9 +324,23 @@ impl Phase {
             Self::Inactive => "Inactive",
             Self::Disabled => "Disabled",
             Self::Terminated => "Terminated",
+            Self::Reclaimed => "Reclaimed",
             Self::Error => "Error",
         }
     }
+
+    /// Every phase.
+    pub const ALL: [Self; 9] = [
+        Self::Preparing,
+        Self::Pending,
+        Self::Active,
+        Self::ShuttingDown,
+        Self::Inactive,
+        Self::Disabled,
+        Self::Terminated,
+        Self::Reclaimed,
+        Self::Error,
+    ];
 }
 
 /// A reference to an object this ScheduledMachine created.
@@ -366,6 +383,27 @@ pub struct WindowRecord {
     /// `schedulableAt - opensAt`, e.g. `12ms` (at the edge) or `4m10s` (late by that much).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedulable_lag: Option<String>,
+}
+
+/// A reclaim by the machine's host: why, and until when the machine stays off.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReclaimRecord {
+    /// The LibvirtHost that reclaimed the machine.
+    pub host: String,
+    /// `MemoryPressure` or `CPUPressure`.
+    pub reason: String,
+    /// The host's measurement and the limit it crossed.
+    pub message: String,
+    /// When this ScheduledMachine learnt of it and began removing the machine.
+    pub started_at: Time,
+    /// The host's bound on draining, e.g. `2m`.
+    pub drain_timeout: String,
+    /// How long the machine stays off once it is gone, e.g. `30m`.
+    pub cool_down: String,
+    /// Once the machine is gone: it stays off until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_until: Option<Time>,
 }
 
 /// Observed state of a ScheduledMachine.
@@ -420,7 +458,10 @@ pub struct ScheduledMachineStatus {
     /// schedulable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<WindowRecord>,
-    /// `Ready`, `ScheduleValid`, `MachineReady`.
+    /// Set while the machine's host reclaims it for its owner, and through the cool-down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<ReclaimRecord>,
+    /// `Ready`, `ScheduleValid`, `MachineReady`, and `Reclaimed` once a host has reclaimed it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status describes.
@@ -437,6 +478,9 @@ crate::condition_names! {
         ScheduleValid,
         /// The Machine's Node has joined.
         MachineReady,
+        /// Its host reclaimed it for the host's owner (reason `MemoryPressure` or `CPUPressure`);
+        /// False (`CoolDownOver`) once it may return.
+        Reclaimed,
     }
 }
 
@@ -457,6 +501,10 @@ crate::condition_names! {
         Disabled,
         /// `Ready`: phase Terminated.
         Terminated,
+        /// `Ready`: phase Reclaimed.
+        Reclaimed,
+        /// `Reclaimed`: the cool-down after the last reclaim is over.
+        CoolDownOver,
         /// `Ready`: phase Error.
         Error,
         /// `ScheduleValid`: the spec is usable.
@@ -493,6 +541,8 @@ crate::condition_reasons! {
         Own(ScheduledReason),
         /// The schedule engine refused `spec.schedule` or a duration.
         Schedule(crate::schedule::Reason),
+        /// The host's pressure that reclaimed the machine.
+        Pressure(crate::api::libvirt_host::PressureReason),
     }
 }
 
@@ -508,6 +558,7 @@ impl Phase {
             Self::Inactive => ScheduledReason::Inactive,
             Self::Disabled => ScheduledReason::Disabled,
             Self::Terminated => ScheduledReason::Terminated,
+            Self::Reclaimed => ScheduledReason::Reclaimed,
             Self::Error => ScheduledReason::Error,
         }
     }

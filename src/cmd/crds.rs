@@ -140,7 +140,7 @@ mod tests {
         );
         assert_eq!(
             columns("libvirthosts.infrastructure.cluster.x-k8s.io"),
-            ["URI", "Ready", "vCPUs", "Memory", "Age"]
+            ["URI", "Ready", "vCPUs", "Memory", "Pressure", "Reclaiming", "Age"]
         );
         assert_eq!(
             columns("libvirtmachines.infrastructure.cluster.x-k8s.io"),

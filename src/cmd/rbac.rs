@@ -224,6 +224,12 @@ pub const FIVESPOT: &[Rule] = &[
         "create the window's LibvirtMachine; remove it when no Machine owns it",
     ),
     rule(
+        &["infrastructure.cluster.x-k8s.io"],
+        &["libvirthosts"],
+        READ,
+        "learn which ScheduledMachine a LibvirtHost reclaims for its owner (status.reclaim)",
+    ),
+    rule(
         &["bootstrap.cluster.x-k8s.io"],
         &["ignitionconfigs"],
         &["get", "create", "delete"],

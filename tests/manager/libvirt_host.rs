@@ -162,7 +162,7 @@ async fn libvirt_host_with_an_unusable_key_says_so() {
 }
 
 /// Write faked node statistics for a test-driver host (its own are constant, without memory).
-fn fake_stats(uri: &str, available_mib: u64, busy_s: u64, total_s: u64, guests_s: u64) {
+pub(crate) fn fake_stats(uri: &str, available_mib: u64, busy_s: u64, total_s: u64, guests_s: u64) {
     let ns = 1_000_000_000u64;
     let json = serde_json::json!({
         "availableMemoryMib": available_mib,

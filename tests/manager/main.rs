@@ -17,6 +17,7 @@ mod libvirt_cluster;
 mod libvirt_host;
 mod libvirt_machine;
 mod node_join;
+mod reclaim;
 mod sandbox;
 mod scheduled_capacity;
 mod scheduled_machine;

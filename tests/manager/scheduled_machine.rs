@@ -49,7 +49,7 @@ pub(crate) fn machines(env: &Env, version: &str) -> Api<DynamicObject> {
     )
 }
 
-fn libvirt_machines(client: &Client) -> Api<DynamicObject> {
+pub(crate) fn libvirt_machines(client: &Client) -> Api<DynamicObject> {
     Api::namespaced_with(
         client.clone(),
         "default",

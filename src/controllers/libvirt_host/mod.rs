@@ -20,21 +20,32 @@
 //! - **No hot loop.** Status is written only when it changes. `lastChecked` alone moves at most
 //!   once per half health-check interval; since a healthy host is rechecked once per interval,
 //!   that is in practice one status write per interval (≥ 30 s by schema), and none in between.
-//! - **Requeue.** After `healthCheckIntervalSeconds`; a failure retries after
-//!   `min(interval, 30 s)`. Secrets are watched (metadata only) and mapped to the hosts that
+//! - **Reclaim.** With `spec.reclaim`, the host's own load (libvirt's node statistics, guest CPU
+//!   subtracted) is checked against its limits every `for / 2`, and lasting pressure names one
+//!   spot machine at a time in `status.reclaim.victim` for its ScheduledMachine to remove (the
+//!   policy is [`reclaim`]). `UnderPressure` says what it sees; the load alone is written only
+//!   when it moved.
+//! - **Requeue.** After `healthCheckIntervalSeconds` (with a reclaim policy, its sample period);
+//!   a failure retries after `min(interval, 30 s)`. Secrets are watched (metadata only) and mapped to the hosts that
 //!   reference them, so a new or rotated key is picked up at once.
 
 mod load;
+pub mod reclaim;
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::{api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::Time};
+use k8s_openapi::{
+    api::core::v1::{ObjectReference, Secret},
+    apimachinery::pkg::apis::meta::v1::Time,
+};
 use kube::{
-    ResourceExt,
+    Resource, ResourceExt,
     api::PartialObjectMeta,
     runtime::{
+        WatchStreamExt,
         controller::{Action, Controller},
-        reflector::{ObjectRef, Store},
+        events::{Event, EventType},
+        reflector::{self, ObjectRef, Store},
         watcher,
     },
 };
@@ -51,14 +62,20 @@ use crate::{
     api::{
         condition::{self, DesiredCondition, Status},
         libvirt_host::{
-            HostCapacity, HostCondition, HostLoad, HostReason, LibvirtHost, LibvirtHostSpec, LibvirtHostStatus,
+            HostCapacity, HostCondition, HostReason, LibvirtHost, LibvirtHostSpec, LibvirtHostStatus, PressureReason,
+            ReclaimStatus, ReclaimVictim,
         },
         libvirt_machine::LibvirtMachine,
+        scheduled_machine::ScheduledMachine,
     },
     app::health::Readiness,
-    libvirt::hypervisor::HostInfo,
+    libvirt::{
+        hypervisor::HostInfo,
+        pressure::{self, Measurement},
+    },
 };
 use load::LoadSampler;
+use reclaim::Candidate;
 
 /// Controller name in metrics and logs.
 pub const NAME: &str = "libvirthost";
@@ -87,7 +104,7 @@ impl crate::reconcile::ReconcileError for Error {
 }
 
 /// What a check of the host found.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Observation {
     /// libvirt answered.
     Probed {
@@ -98,7 +115,7 @@ pub enum Observation {
         /// What this manager's machines have committed on the host.
         committed: Resources,
         /// The host's own load, when its statistics could be read.
-        load: Option<HostLoad>,
+        measurement: Option<Measurement>,
     },
     /// The host could not be reached or used.
     Failed(Failure),
@@ -111,6 +128,8 @@ pub struct Plan {
     pub status: LibvirtHostStatus,
     /// When to check again.
     pub requeue: Duration,
+    /// A spot machine the reclaim policy named in this decision.
+    pub reclaiming: Option<ReclaimVictim>,
 }
 
 /// Capacity from what the host reports, minus the reservation and what our machines have
@@ -134,13 +153,94 @@ pub fn interval(spec: &LibvirtHostSpec) -> Duration {
     Duration::from_secs(u64::try_from(spec.health_check_interval_seconds).unwrap_or(0).max(1))
 }
 
-/// Decide the status and the next check from an observation. Pure.
+/// What the reclaim policy adds to a plan.
+struct ReclaimPlan {
+    status: Option<ReclaimStatus>,
+    condition: Option<DesiredCondition>,
+    chosen: Option<ReclaimVictim>,
+    recheck: Option<Duration>,
+}
+
+/// Run the reclaim policy on a fresh measurement; a failed check keeps what it had.
+fn plan_reclaim(
+    current: &LibvirtHostStatus,
+    spec: &LibvirtHostSpec,
+    observation: &Observation,
+    spot: &[Candidate],
+    now: &Time,
+) -> ReclaimPlan {
+    let unchanged = ReclaimPlan {
+        status: current.reclaim.clone(),
+        condition: None,
+        chosen: None,
+        recheck: None,
+    };
+    let Some(reclaim) = &spec.reclaim else {
+        return ReclaimPlan {
+            status: None,
+            ..unchanged
+        };
+    };
+    let policy = match reclaim::Policy::read(reclaim) {
+        Ok(policy) => policy,
+        Err(message) => {
+            return ReclaimPlan {
+                status: None,
+                condition: Some(DesiredCondition::new(
+                    HostCondition::UnderPressure,
+                    Status::False,
+                    PressureReason::InvalidReclaim,
+                    message,
+                )),
+                ..unchanged
+            };
+        }
+    };
+    let Observation::Probed { measurement, .. } = observation else {
+        return unchanged;
+    };
+    let Some(measurement) = measurement else {
+        return ReclaimPlan {
+            condition: Some(DesiredCondition::new(
+                HostCondition::UnderPressure,
+                Status::Unknown,
+                PressureReason::Unmeasured,
+                "libvirt on this host gives no node statistics, so spec.reclaim cannot act",
+            )),
+            recheck: Some(policy.sample_period()),
+            ..unchanged
+        };
+    };
+    let breach = pressure::breach(&policy.limits, measurement);
+    let under_pressure = condition::is_true(&current.conditions, HostCondition::UnderPressure.as_str());
+    let outcome = reclaim::decide(
+        &policy,
+        breach.as_ref(),
+        under_pressure,
+        &current.reclaim.clone().unwrap_or_default(),
+        spot,
+        now,
+    );
+    let recheck = outcome
+        .sustained_in
+        .map_or(policy.sample_period(), |d| d.min(policy.sample_period()));
+    ReclaimPlan {
+        status: Some(outcome.status),
+        condition: Some(outcome.condition),
+        chosen: outcome.chosen,
+        recheck: Some(recheck),
+    }
+}
+
+/// Decide the status and the next check from an observation, with the host's spot machines
+/// for the reclaim policy. Pure.
 #[must_use]
 pub fn plan(
     current: &LibvirtHostStatus,
     spec: &LibvirtHostSpec,
     generation: Option<i64>,
     observation: &Observation,
+    spot: &[Candidate],
     now: &Time,
 ) -> Plan {
     let interval = interval(spec);
@@ -150,11 +250,11 @@ pub fn plan(
             info,
             fingerprint,
             committed,
-            load,
+            measurement,
         } => {
             status.ready = true;
             status.capacity = Some(capacity(info, spec, *committed));
-            status.load.clone_from(load);
+            status.load = measurement.as_ref().map(load::host_load);
             status.libvirt_version = Some(info.libvirt_version.clone());
             status.kvm_available = Some(info.kvm_available);
             if fingerprint.is_some() {
@@ -181,20 +281,37 @@ pub fn plan(
             )
         }
     };
-    let desired = [
+    let reclaim = plan_reclaim(current, spec, observation, spot, now);
+    status.reclaim = reclaim.status;
+    let mut desired = vec![
         DesiredCondition::new(HostCondition::Reachable, condition_status, reason, message.clone()),
         DesiredCondition::new(HostCondition::Ready, condition_status, reason, message),
     ];
+    desired.extend(reclaim.condition);
     status.conditions = condition::merge_all(&current.conditions, &desired, now, generation);
+    if spec.reclaim.is_none() {
+        status
+            .conditions
+            .retain(|c| c.type_ != HostCondition::UnderPressure.as_str());
+    }
     status.observed_generation = generation;
     let stale = current.last_checked.as_ref().is_none_or(|last| {
         let age_ms = now.0.as_millisecond().saturating_sub(last.0.as_millisecond());
         u128::try_from(age_ms).unwrap_or(0) >= interval.as_millis() / 2
     });
+    // A load that barely moved is not written: with a reclaim policy the host is sampled
+    // every few seconds, and a write per sample would be a write every few seconds for nothing.
+    if !stale && !load::moved(current.load.as_ref(), status.load.as_ref()) {
+        status.load.clone_from(&current.load);
+    }
     if status != *current || stale {
         status.last_checked = Some(now.clone());
     }
-    Plan { status, requeue }
+    Plan {
+        status,
+        requeue: reclaim.recheck.map_or(requeue, |r| requeue.min(r)),
+        reclaiming: reclaim.chosen,
+    }
 }
 
 /// The connection cache and admission state shared with the LibvirtMachine controller.
@@ -205,10 +322,12 @@ pub struct Shared {
     pub placement: Arc<Placement>,
 }
 
-/// Controller state: the shared context, the host store and the shared caches.
+/// Controller state: the shared context, the host and machine stores and the shared caches.
 struct State {
     ctx: Arc<Context>,
     store: Store<LibvirtHost>,
+    /// Every LibvirtMachine, for the reclaim policy's spot machines.
+    machines: Store<LibvirtMachine>,
     shared: Shared,
     /// The load sampler of each host.
     load: LoadSampler,
@@ -232,7 +351,7 @@ async fn observe(host: &LibvirtHost, state: &State) -> Result<Observation, Error
             info,
             fingerprint,
             committed: state.shared.placement.committed(&host_id(host)),
-            load: stats.map(|s| state.load.load(&ObjectRef::from_obj(host), s)),
+            measurement: stats.map(|s| state.load.sample(&ObjectRef::from_obj(host), s)),
         },
         HostCall::Ran {
             result: Err(e),
@@ -252,7 +371,19 @@ async fn reconcile(host: Arc<LibvirtHost>, state: Arc<State>) -> Result<Action, 
     let observation = observe(&host, &state).await?;
     let current = host.status.clone().unwrap_or_default();
     let now = state.ctx.timestamp();
-    let plan = plan(&current, &host.spec, host.metadata.generation, &observation, &now);
+    let spot = if host.spec.reclaim.is_some() {
+        reclaim::candidates(&host, state.machines.state().iter().map(AsRef::as_ref))
+    } else {
+        Vec::new()
+    };
+    let plan = plan(
+        &current,
+        &host.spec,
+        host.metadata.generation,
+        &observation,
+        &spot,
+        &now,
+    );
     write_status(
         &state.ctx,
         host.as_ref(),
@@ -262,7 +393,39 @@ async fn reconcile(host: Arc<LibvirtHost>, state: Arc<State>) -> Result<Action, 
         Vec::new(),
     )
     .await?;
+    if let Some(victim) = &plan.reclaiming {
+        report_reclaim(&state.ctx, &host, victim).await;
+    }
     Ok(Action::requeue(plan.requeue))
+}
+
+/// A spot machine named for removal: a count, and an Event on the host that also refers to the
+/// ScheduledMachine (so each victim gets its own Event rather than a repeat of the first).
+async fn report_reclaim(ctx: &Context, host: &LibvirtHost, victim: &ReclaimVictim) {
+    ctx.metrics
+        .host_reclaims
+        .with_label_values(&[victim.reason.as_str()])
+        .inc();
+    let scheduled_machine = ObjectReference {
+        api_version: Some(ScheduledMachine::api_version(&()).into_owned()),
+        kind: Some(ScheduledMachine::kind(&()).into_owned()),
+        name: Some(victim.scheduled_machine.clone()),
+        namespace: host.namespace(),
+        ..ObjectReference::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "Reclaiming".to_owned(),
+        note: Some(format!(
+            "{}; reclaiming ScheduledMachine {} (LibvirtMachine {}) for the host's owner",
+            victim.message, victim.scheduled_machine, victim.machine
+        )),
+        action: "Reclaim".to_owned(),
+        secondary: Some(scheduled_machine),
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &host.object_ref(&())).await {
+        tracing::warn!(error = %err, "could not publish the reclaim event");
+    }
 }
 
 /// The hosts whose `secretRef` names this Secret.
@@ -281,6 +444,14 @@ pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdo
     let controller = Controller::new(ctx.watched_api::<LibvirtHost>(), watcher::Config::default());
     let store = controller.store();
     let by_secret = store.clone();
+    // A cache of the machines, for the reclaim policy; its stream also triggers the hosts.
+    let writer = reflector::store::Writer::<LibvirtMachine>::default();
+    let machines = writer.as_reader();
+    let machine_events = reflector::reflector(
+        writer,
+        watcher(ctx.watched_api::<LibvirtMachine>(), watcher::Config::default()).default_backoff(),
+    )
+    .touched_objects();
     let controller = controller
         .watches(secrets, watcher::Config::default(), move |secret| {
             hosts_for_secret(
@@ -289,25 +460,23 @@ pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdo
                 &secret.name_any(),
             )
         })
-        // A machine's allocation changes what is available on its host.
-        .watches(
-            ctx.watched_api::<LibvirtMachine>(),
-            watcher::Config::default(),
-            |machine| {
-                Some(
-                    ObjectRef::<LibvirtHost>::new(&machine.spec.host_ref.name)
-                        .within(machine.namespace().as_deref().unwrap_or_default()),
-                )
-            },
-        )
+        // A machine's allocation changes what is available on its host, and its removal may
+        // be what the reclaim policy waits for.
+        .watches_stream(machine_events, |machine| {
+            Some(
+                ObjectRef::<LibvirtHost>::new(&machine.spec.host_ref.name)
+                    .within(machine.namespace().as_deref().unwrap_or_default()),
+            )
+        })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let synced = {
-        let store = store.clone();
-        async move { crate::reconcile::wait_synced(&store).await }
+        let (store, machines) = (store.clone(), machines.clone());
+        async move { crate::reconcile::wait_synced(&store).await && crate::reconcile::wait_synced(&machines).await }
     };
     let state = Arc::new(State {
         ctx: ctx.clone(),
         store,
+        machines,
         shared,
         load: LoadSampler::default(),
     });

@@ -1,4 +1,5 @@
 use super::*;
+use crate::api::libvirt_host::HostLoad;
 use kube::runtime::events::EventType;
 
 fn time(s: &str) -> Time {
@@ -26,7 +27,7 @@ fn probed() -> Observation {
         info: info(),
         fingerprint: Some("SHA256:abc".into()),
         committed: Resources::default(),
-        load: None,
+        measurement: None,
     }
 }
 
@@ -37,6 +38,7 @@ fn probed_host_is_ready_with_capacity_minus_reservation() {
         &spec(),
         Some(2),
         &probed(),
+        &[],
         &time("2026-01-01T00:00:00Z"),
     );
     assert!(p.status.ready);
@@ -91,6 +93,7 @@ fn host_key_refusal_reports_the_fingerprint_and_retries_sooner() {
         &spec(),
         None,
         &probed(),
+        &[],
         &time("2026-01-01T00:00:00Z"),
     );
     let down = plan(
@@ -102,6 +105,7 @@ fn host_key_refusal_reports_the_fingerprint_and_retries_sooner() {
             message: "host key differs".into(),
             observed_fingerprint: Some("SHA256:other".into()),
         }),
+        &[],
         &time("2026-01-01T00:01:00Z"),
     );
     assert!(!down.status.ready);
@@ -128,6 +132,7 @@ fn unchanged_host_does_not_rewrite_last_checked_within_half_an_interval() {
         &spec(),
         Some(1),
         &probed(),
+        &[],
         &time("2026-01-01T00:00:00Z"),
     );
     let soon = plan(
@@ -135,6 +140,7 @@ fn unchanged_host_does_not_rewrite_last_checked_within_half_an_interval() {
         &spec(),
         Some(1),
         &probed(),
+        &[],
         &time("2026-01-01T00:01:00Z"),
     );
     assert_eq!(first.status, soon.status, "no write, so no watch event, so no hot loop");
@@ -143,6 +149,7 @@ fn unchanged_host_does_not_rewrite_last_checked_within_half_an_interval() {
         &spec(),
         Some(1),
         &probed(),
+        &[],
         &time("2026-01-01T00:05:00Z"),
     );
     assert_eq!(later.status.last_checked, Some(time("2026-01-01T00:05:00Z")));
@@ -154,6 +161,10 @@ fn the_load_goes_into_status_and_stays_when_a_check_fails() {
     let load = HostLoad {
         available_memory_mb: Some(812),
         host_cpu_percent: Some(35),
+    };
+    let measured = Measurement {
+        available_memory_mib: Some(812),
+        host_cpu_percent: Some(35.2),
     };
     let Observation::Probed {
         info,
@@ -168,13 +179,14 @@ fn the_load_goes_into_status_and_stays_when_a_check_fails() {
         info,
         fingerprint,
         committed,
-        load: Some(load.clone()),
+        measurement: Some(measured),
     };
     let p = plan(
         &LibvirtHostStatus::default(),
         &spec(),
         Some(1),
         &loaded,
+        &[],
         &time("2026-01-01T00:00:00Z"),
     );
     assert_eq!(p.status.load, Some(load.clone()));
@@ -184,6 +196,130 @@ fn the_load_goes_into_status_and_stays_when_a_check_fails() {
             message: "gone".into(),
         },
     ));
-    let p = plan(&p.status, &spec(), Some(1), &failed, &time("2026-01-01T00:01:00Z"));
+    let p = plan(&p.status, &spec(), Some(1), &failed, &[], &time("2026-01-01T00:01:00Z"));
     assert_eq!(p.status.load, Some(load), "the last known load, like the capacity");
+}
+
+fn measured(memory: u64) -> Observation {
+    let Observation::Probed {
+        info,
+        fingerprint,
+        committed,
+        ..
+    } = probed()
+    else {
+        unreachable!()
+    };
+    Observation::Probed {
+        info,
+        fingerprint,
+        committed,
+        measurement: Some(Measurement {
+            available_memory_mib: Some(memory),
+            host_cpu_percent: Some(5.0),
+        }),
+    }
+}
+
+fn reclaiming_spec(policy: serde_json::Value) -> LibvirtHostSpec {
+    serde_json::from_value(serde_json::json!({"uri": "test:///default", "reclaim": policy})).unwrap()
+}
+
+fn spot(machine: &str) -> Candidate {
+    Candidate {
+        machine: machine.into(),
+        scheduled_machine: format!("sm-{machine}"),
+        priority: 50,
+        created_ms: 0,
+        deleting: false,
+    }
+}
+
+fn under_pressure(status: &LibvirtHostStatus) -> Option<(&str, &str)> {
+    condition::find(&status.conditions, HostCondition::UnderPressure.as_str())
+        .map(|c| (c.status.as_str(), c.reason.as_str()))
+}
+
+#[test]
+fn a_reclaim_policy_samples_often_and_names_a_victim_once_the_pressure_lasts() {
+    let spec = reclaiming_spec(serde_json::json!({"minFreeMemoryMB": 2048, "for": "10s"}));
+    let spot = [spot("a")];
+    let fine = plan(
+        &LibvirtHostStatus::default(),
+        &spec,
+        Some(1),
+        &measured(8192),
+        &spot,
+        &time("2026-01-01T00:00:00Z"),
+    );
+    assert_eq!(under_pressure(&fine.status), Some(("False", "WithinLimits")));
+    assert_eq!(
+        fine.requeue,
+        Duration::from_secs(5),
+        "half of `for`, not the health interval"
+    );
+    // A load that changes between samples is not written each time.
+    let next = plan(
+        &fine.status,
+        &spec,
+        Some(1),
+        &measured(8000),
+        &spot,
+        &time("2026-01-01T00:00:05Z"),
+    );
+    assert_eq!(next.status, fine.status);
+    // Below the floor: building, rechecked at the moment it will have lasted `for`.
+    let low = plan(
+        &next.status,
+        &spec,
+        Some(1),
+        &measured(1000),
+        &spot,
+        &time("2026-01-01T00:00:07Z"),
+    );
+    assert_eq!(under_pressure(&low.status), Some(("False", "PressureBuilding")));
+    assert_eq!(low.status.load.as_ref().and_then(|l| l.available_memory_mb), Some(1000));
+    assert_eq!(low.reclaiming, None);
+    let held = plan(
+        &low.status,
+        &spec,
+        Some(1),
+        &measured(1000),
+        &spot,
+        &time("2026-01-01T00:00:17Z"),
+    );
+    assert_eq!(under_pressure(&held.status), Some(("True", "MemoryPressure")));
+    let victim = held.reclaiming.expect("a victim");
+    assert_eq!(victim.scheduled_machine, "sm-a");
+    assert_eq!(held.status.reclaim.unwrap().victim, Some(victim));
+}
+
+#[test]
+fn a_bad_policy_is_named_and_no_policy_leaves_no_trace() {
+    let bad_spec = reclaiming_spec(serde_json::json!({"maxHostCPUPercent": 80, "for": "99999999999999999h"}));
+    let bad = plan(
+        &LibvirtHostStatus::default(),
+        &bad_spec,
+        Some(1),
+        &measured(100),
+        &[spot("a")],
+        &time("2026-01-01T00:00:00Z"),
+    );
+    assert_eq!(under_pressure(&bad.status), Some(("False", "InvalidReclaim")));
+    let message = &condition::find(&bad.status.conditions, "UnderPressure")
+        .unwrap()
+        .message;
+    assert!(message.contains("spec.reclaim.for"), "{message}");
+    assert_eq!(bad.reclaiming, None);
+    let off = plan(
+        &bad.status,
+        &spec(),
+        Some(2),
+        &measured(100),
+        &[spot("a")],
+        &time("2026-01-01T00:00:01Z"),
+    );
+    assert_eq!(under_pressure(&off.status), None);
+    assert_eq!(off.status.reclaim, None);
+    assert_eq!(off.requeue, Duration::from_secs(300));
 }

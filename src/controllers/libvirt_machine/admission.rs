@@ -10,8 +10,8 @@ use super::{
 };
 use crate::{
     api::{
-        condition::Status,
-        libvirt_host::LibvirtHost,
+        condition::{self, Status},
+        libvirt_host::{HostCondition, LibvirtHost},
         libvirt_machine::{LibvirtMachine, LibvirtMachineStatus, MachineReason},
     },
     reconcile::{
@@ -61,7 +61,18 @@ pub(super) async fn admit(
     };
     let candidate = Candidate::of(machine);
     // Admitted before, and the cache has not caught up: keep that admission.
-    let decision = match placement.admitted(&host_key, &candidate.uid) {
+    let admitted = placement.admitted(&host_key, &candidate.uid);
+    if admitted.is_none()
+        && let Some(message) = owner_pressure(host)
+    {
+        // The host's owner needs it back: nothing new goes there until the pressure ends.
+        return Ok(Admitted::Wait(Wait::new(
+            MachineReason::WaitingForCapacity,
+            format!("the host's owner needs it back ({message}); new machines wait until the pressure ends"),
+            Action::requeue(CAPACITY_RECHECK),
+        )));
+    }
+    let decision = match admitted {
         Some(size) => Admission::Admitted(size),
         None => placement::decide(&candidate, &placement.waiting(&host_key), free),
     };
@@ -98,4 +109,12 @@ pub(super) async fn admit(
             Action::requeue(CAPACITY_RECHECK),
         ))),
     }
+}
+
+/// The host's `UnderPressure` message while it is True.
+fn owner_pressure(host: &LibvirtHost) -> Option<&str> {
+    let status = host.status.as_ref()?;
+    condition::find(&status.conditions, HostCondition::UnderPressure.as_str())
+        .filter(|c| c.status == Status::True.as_str())
+        .map(|c| c.message.as_str())
 }

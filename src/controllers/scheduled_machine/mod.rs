@@ -13,6 +13,7 @@ pub mod objects;
 mod observe;
 pub mod overrides;
 pub mod plan;
+pub mod reclaim;
 pub mod taints;
 mod window;
 
@@ -40,7 +41,7 @@ use self::plan::{Action, Decision, decide};
 use crate::reconcile::{ApiError, Context, annotations, apply_status, finalizer, publish_event, wait_synced};
 use crate::{
     api::{
-        ScheduledMachine,
+        LibvirtHost, ScheduledMachine,
         capi::{DecodeError, MachineView},
         scheduled_machine::{Phase, ScheduledMachineStatus},
     },
@@ -121,6 +122,8 @@ type Written = (Option<String>, ScheduledMachineStatus);
 struct State {
     ctx: Arc<Context>,
     machines: Store<DynamicObject>,
+    /// The LibvirtHosts, for their reclaims; absent when LibvirtHosts are not served.
+    hosts: Option<Store<LibvirtHost>>,
     /// Orders creations by priority when many windows open at once.
     gate: gate::CreationGate,
     /// Last phase per object, for the phase gauge.
@@ -157,15 +160,7 @@ impl State {
             None => phases.remove(&key),
         };
         let gauge = &self.ctx.metrics.scheduled_machines;
-        for p in [
-            Phase::Pending,
-            Phase::Active,
-            Phase::ShuttingDown,
-            Phase::Inactive,
-            Phase::Disabled,
-            Phase::Terminated,
-            Phase::Error,
-        ] {
+        for p in Phase::ALL {
             let count = phases.values().filter(|v| **v == p).count();
             gauge
                 .with_label_values(&[p.as_str()])
@@ -192,7 +187,7 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
         return Ok(Requeue::await_change());
     }
 
-    let seen = observe::observe(sm, ctx, &state.machines).await?;
+    let seen = observe::observe(sm, ctx, &state.machines, state.hosts.as_ref()).await?;
     if !seen.expired_overrides.is_empty() {
         // The write brings the object back with the annotations gone.
         annotations::remove(&api, sm, &seen.expired_overrides, "expired override annotations").await?;
@@ -280,7 +275,7 @@ async fn report_transition(
             .schedule_lag
             .observe((now - due).num_milliseconds() as f64 / 1000.0);
     }
-    let type_ = if matches!(to, Phase::Error | Phase::Terminated) {
+    let type_ = if matches!(to, Phase::Error | Phase::Terminated | Phase::Reclaimed) {
         EventType::Warning
     } else {
         EventType::Normal
@@ -318,6 +313,42 @@ async fn report_schedulable(sm: &ScheduledMachine, ctx: &Context, lag: Duration)
     .await;
 }
 
+/// Whether LibvirtHosts are served: 5-Spot also runs with other infrastructure providers.
+async fn libvirt_hosts_served(ctx: &Context) -> bool {
+    let api_version = LibvirtHost::api_version(&());
+    match ctx.kinds.resolve(&api_version, &LibvirtHost::kind(&())).await {
+        Ok(_) => true,
+        Err(err) => {
+            tracing::info!(error = %err, "LibvirtHosts are not served; host reclaims are not followed");
+            false
+        }
+    }
+}
+
+/// A cache of the LibvirtHosts and the stream of their changes, which wakes reclaimed
+/// ScheduledMachines after the cache has them.
+fn host_cache(
+    ctx: &Context,
+) -> (
+    Store<LibvirtHost>,
+    impl futures::Stream<Item = Result<LibvirtHost, watcher::Error>> + Send + 'static,
+) {
+    let writer = reflector::store::Writer::<LibvirtHost>::default();
+    let hosts = writer.as_reader();
+    let events = reflector::reflector(
+        writer,
+        watcher(ctx.watched_api::<LibvirtHost>(), watcher::Config::default()).default_backoff(),
+    )
+    .touched_objects();
+    (hosts, events)
+}
+
+/// The ScheduledMachine a host reclaims.
+fn reclaimed_by(host: LibvirtHost) -> Option<ObjectRef<ScheduledMachine>> {
+    let victim = host.status.as_ref()?.reclaim.as_ref()?.victim.as_ref()?;
+    Some(ObjectRef::new(&victim.scheduled_machine).within(&host.namespace().unwrap_or_default()))
+}
+
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
     let machines_api = ctx.watched_dynamic(&ctx.capi.machine());
@@ -334,7 +365,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
 
     let by_node = machines.clone();
     let capi = ctx.capi;
-    let controller = Controller::new(ctx.watched_api::<ScheduledMachine>(), watcher::Config::default())
+    let mut controller = Controller::new(ctx.watched_api::<ScheduledMachine>(), watcher::Config::default())
         .watches_stream_with(
             machine_events,
             |machine| {
@@ -365,6 +396,13 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             },
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
+    let hosts = if libvirt_hosts_served(&ctx).await {
+        let (hosts, host_events) = host_cache(&ctx);
+        controller = controller.watches_stream(host_events, reclaimed_by);
+        Some(hosts)
+    } else {
+        None
+    };
 
     let synced = {
         let machines = machines.clone();
@@ -377,6 +415,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     let state = Arc::new(State {
         ctx: ctx.clone(),
         machines,
+        hosts,
         gate,
         phases: Mutex::default(),
         written: Mutex::default(),

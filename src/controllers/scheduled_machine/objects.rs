@@ -16,9 +16,7 @@ use crate::api::{
     scheduled_machine::{CreatedObjectReference, ScheduledMachineSpec, ScheduledReason},
 };
 
-/// Label naming the ScheduledMachine an object was created for; watches and adoption use it.
-pub const SCHEDULED_MACHINE_LABEL: &str = "5spot.finos.org/scheduled-machine";
-pub use crate::api::PRIORITY_LABEL;
+pub use crate::api::{PRIORITY_LABEL, SCHEDULED_MACHINE_LABEL};
 /// API group bootstrap configs must belong to.
 pub const BOOTSTRAP_GROUP: &str = "bootstrap.cluster.x-k8s.io";
 /// API group infrastructure objects must belong to.

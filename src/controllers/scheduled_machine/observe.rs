@@ -16,12 +16,13 @@ use super::{
     objects::{self, SCHEDULED_MACHINE_LABEL},
     overrides,
     plan::{MachineSeen, NodeSeen, Observed, Timing, Validity},
-    taints,
+    reclaim, taints,
 };
 use crate::{
     api::{
-        ScheduledMachine,
+        LibvirtHost, ScheduledMachine,
         capi::MachineView,
+        libvirt_host::PressureReason,
         scheduled_machine::{CreatedObjectReference, EndPolicy, Reason, ScheduledMachineSpec, ScheduledReason},
     },
     reconcile::{ApiError, Context},
@@ -106,8 +107,36 @@ fn with_overrides(sm: &ScheduledMachine, now: DateTime<Utc>, validity: &mut Vali
     }
 }
 
-/// Gather everything [`super::plan::decide`] needs.
-pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<DynamicObject>) -> Result<Observed, Error> {
+/// The host, among `hosts`, that names this ScheduledMachine's LibvirtMachine as the spot
+/// machine it reclaims.
+pub fn reclaim_request(hosts: &Store<LibvirtHost>, sm: &ScheduledMachine, machine: &str) -> Option<reclaim::Request> {
+    let namespace = sm.namespace();
+    let name = sm.name_any();
+    hosts.state().iter().find_map(|host| {
+        let victim = host.status.as_ref()?.reclaim.as_ref()?.victim.as_ref()?;
+        let policy = host.spec.reclaim.as_ref()?;
+        if host.namespace() != namespace || victim.scheduled_machine != name || victim.machine != machine {
+            return None;
+        }
+        Some(reclaim::Request {
+            host: host.name_any(),
+            reason: PressureReason::parse(&victim.reason)?,
+            message: victim.message.clone(),
+            // The host refuses to name victims while these cannot be read.
+            drain_timeout: parse_duration("", &policy.drain_timeout).ok()?,
+            cool_down: parse_duration("", &policy.cool_down).ok()?,
+        })
+    })
+}
+
+/// Gather everything [`super::plan::decide`] needs. `hosts` is the LibvirtHost cache, when
+/// LibvirtHosts are served.
+pub async fn observe(
+    sm: &ScheduledMachine,
+    ctx: &Context,
+    machines: &Store<DynamicObject>,
+    hosts: Option<&Store<LibvirtHost>>,
+) -> Result<Observed, Error> {
     let name = sm.name_any();
     let namespace = sm.namespace().unwrap_or_default();
     let now = ctx.clock.now();
@@ -152,6 +181,7 @@ pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<Dyna
         Some(node_name) => node_seen(ctx, &node_name, &namespace, &name, wanted_active).await?,
         None => None,
     };
+    let reclaim_request = hosts.and_then(|hosts| reclaim_request(hosts, sm, &refs.infrastructure.name));
     Ok(Observed {
         now,
         generation: sm.metadata.generation,
@@ -172,6 +202,7 @@ pub async fn observe(sm: &ScheduledMachine, ctx: &Context, machines: &Store<Dyna
         node_taints: sm.spec.node_taints.clone(),
         forced: read.forced,
         expired_overrides: read.expired,
+        reclaim_request,
     })
 }
 

@@ -7,6 +7,8 @@
 //!  Error    ◄──┤ nothing left   │ window reopens, Machine kept     │ invalid, or deleted
 //!              └── ShuttingDown ◄──────────────────────────────────┘
 //!  killSwitch: Terminated from anywhere (Machine deleted at once, no drain); off again resumes.
+//!  A host reclaiming it: Reclaimed from anywhere (drained within the host's bound, removed, off
+//!  for the host's coolDown), then the schedule decides again.
 //! ```
 //!
 //! No phase is sticky: each reconcile derives the phase from the spec and the world.
@@ -19,6 +21,7 @@ use k8s_openapi::{api::core::v1::Taint, apimachinery::pkg::apis::meta::v1::Time,
 use super::{
     objects::CreatedRefs,
     overrides::Forced,
+    reclaim,
     taints::{self, TaintId, TaintUpdate},
     window,
 };
@@ -27,7 +30,7 @@ use crate::{
         condition::{self, DesiredCondition, Status},
         node_taint::NodeTaint,
         scheduled_machine::{
-            NodeReference, Phase, Reason, ScheduledCondition, ScheduledMachineStatus, ScheduledReason,
+            NodeReference, Phase, Reason, ReclaimRecord, ScheduledCondition, ScheduledMachineStatus, ScheduledReason,
         },
     },
     schedule::{Plan, format_duration},
@@ -140,6 +143,8 @@ pub struct Observed {
     pub forced: Option<Forced>,
     /// Override annotations that have expired (removed by the reconcile).
     pub expired_overrides: Vec<&'static str>,
+    /// A host naming this ScheduledMachine the spot machine it reclaims.
+    pub reclaim_request: Option<reclaim::Request>,
 }
 
 /// What to do in this reconcile.
@@ -306,13 +311,15 @@ fn killed_step(seen: &Observed) -> Step {
 }
 
 /// Not wanted, and nothing exists: say why.
-fn idle_step(seen: &Observed) -> Step {
+fn idle_step(seen: &Observed, reclaimed: Option<&ReclaimRecord>) -> Step {
     let (phase, message) = if seen.deleting {
         (Phase::ShuttingDown, "deleted; nothing left to remove".to_owned())
     } else if let Validity::Invalid { message, .. } = &seen.validity {
         (Phase::Error, message.clone())
     } else if !seen.enabled {
         (Phase::Disabled, "schedule disabled".to_owned())
+    } else if let Some(record) = reclaimed {
+        (Phase::Reclaimed, reclaim::describe(record))
     } else if matches!(&seen.validity, Validity::Valid(t) if t.plan.open) {
         (
             Phase::Inactive,
@@ -326,6 +333,7 @@ fn idle_step(seen: &Observed) -> Step {
 
 /// The next step of a graceful removal.
 struct Shutdown {
+    phase: Phase,
     started: DateTime<Utc>,
     action: Action,
     message: String,
@@ -338,24 +346,29 @@ fn shutdown_step(
     current: &ScheduledMachineStatus,
     seen: &Observed,
     valid: bool,
-    drain_timeout: Duration,
-    graceful_timeout: Duration,
+    reclaimed: Option<&ReclaimRecord>,
+    (drain_timeout, graceful_timeout): (Duration, Duration),
 ) -> Shutdown {
     let now = seen.now;
+    let drain_timeout = reclaimed.map_or(drain_timeout, |r| reclaim::drain_timeout(r, drain_timeout));
     let started = current.shutdown_started_at.as_ref().and_then(chrono_of).unwrap_or(now);
     let grace_deadline = started + chrono::Duration::from_std(graceful_timeout).unwrap_or(chrono::Duration::MAX);
     let drain_deadline =
         started + chrono::Duration::from_std(drain_timeout.min(graceful_timeout)).unwrap_or(chrono::Duration::MAX);
+    let mut phase = Phase::ShuttingDown;
     let why = if seen.deleting {
-        "deleted"
+        "deleted".to_owned()
     } else if !valid {
-        "spec invalid"
+        "spec invalid".to_owned()
     } else if !seen.enabled {
-        "schedule disabled"
+        "schedule disabled".to_owned()
+    } else if let Some(record) = reclaimed {
+        phase = Phase::Reclaimed;
+        reclaim::why(record)
     } else if matches!(&seen.validity, Validity::Valid(t) if t.plan.open) {
-        "window closing (endPolicy DrainBeforeEnd)"
+        "window closing (endPolicy DrainBeforeEnd)".to_owned()
     } else {
-        "window closed"
+        "window closed".to_owned()
     };
     let mut requeue = None;
     let (action, message) = match (&seen.machine, &seen.node) {
@@ -392,6 +405,7 @@ fn shutdown_step(
         ),
     };
     Shutdown {
+        phase,
         started,
         action,
         message,
@@ -412,8 +426,16 @@ pub fn decide(current: &ScheduledMachineStatus, seen: &Observed) -> Decision {
         (t.drain_timeout, t.graceful_timeout)
     });
     let valid = timing.is_some();
-    let wanted_timing = timing.filter(|t| !seen.deleting && !seen.kill_switch && seen.enabled && t.plan.wanted);
     let anything_exists = seen.machine.is_some() || seen.bootstrap_exists || seen.infrastructure_exists;
+    // The host's owner comes first: a reclaim outranks the window and a force-on override.
+    let reclaimed = reclaim::advance(
+        current.reclaim.as_ref(),
+        seen.reclaim_request.as_ref(),
+        !anything_exists,
+        now,
+    );
+    let wanted_timing =
+        timing.filter(|t| !seen.deleting && !seen.kill_switch && seen.enabled && t.plan.wanted && reclaimed.is_none());
     let mut shutdown_started = None;
     let mut requeue = None;
     let (phase, action, message) = if let Some(timing) = wanted_timing {
@@ -421,17 +443,26 @@ pub fn decide(current: &ScheduledMachineStatus, seen: &Observed) -> Decision {
     } else if seen.kill_switch {
         killed_step(seen)
     } else if !anything_exists {
-        idle_step(seen)
+        idle_step(seen, reclaimed.as_ref())
     } else {
-        let shutdown = shutdown_step(current, seen, valid, drain_timeout, graceful_timeout);
+        let shutdown = shutdown_step(
+            current,
+            seen,
+            valid,
+            reclaimed.as_ref(),
+            (drain_timeout, graceful_timeout),
+        );
         shutdown_started = Some(shutdown.started);
         requeue = shutdown.requeue;
-        (Phase::ShuttingDown, shutdown.action, shutdown.message)
+        (shutdown.phase, shutdown.action, shutdown.message)
     };
 
     let next_change = timing.and_then(|t| t.plan.next_change());
     if valid && !seen.deleting {
         requeue = earliest(requeue, next_change.map(|t| until(now, t)));
+    }
+    if let Some(back) = reclaimed.as_ref().and_then(reclaim::off_until) {
+        requeue = earliest(requeue, Some(until(now, back)));
     }
     let message = match &seen.forced {
         Some(forced) => format!("{message} ({})", forced.note()),
@@ -440,6 +471,13 @@ pub fn decide(current: &ScheduledMachineStatus, seen: &Observed) -> Decision {
     let release_finalizer = seen.deleting && !anything_exists;
     let moments = window::advance(current, seen, timing, phase, &action);
     let mut status = build_status(current, seen, phase, message, shutdown_started, timing);
+    status.conditions = reclaim::with_condition(
+        &status.conditions,
+        reclaimed.as_ref(),
+        &time(now).unwrap_or(Time(Timestamp::UNIX_EPOCH)),
+        seen.generation,
+    );
+    status.reclaim = reclaimed;
     status.window = moments.record;
     status.provisioning_durations = moments.provisioning_durations;
     Decision {
@@ -533,6 +571,7 @@ fn build_status(
         lead_time: timing.and_then(|t| t.lead).map(format_duration),
         provisioning_durations: Vec::new(),
         window: None,
+        reclaim: None,
         conditions,
         observed_generation: seen.generation,
     }

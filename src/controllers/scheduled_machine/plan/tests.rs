@@ -45,6 +45,7 @@ fn observed(active: bool) -> Observed {
         node_taints: Vec::new(),
         forced: None,
         expired_overrides: Vec::new(),
+        reclaim_request: None,
     }
 }
 
@@ -507,4 +508,90 @@ fn drain_before_end_removes_the_machine_while_the_window_is_still_open() {
         "{:?}",
         d.status.message
     );
+}
+
+fn reclaim_request() -> reclaim::Request {
+    reclaim::Request {
+        host: "laptop".into(),
+        reason: crate::api::libvirt_host::PressureReason::MemoryPressure,
+        message: "available memory 900 MiB is below minFreeMemoryMB 2048".into(),
+        drain_timeout: Duration::from_secs(60),
+        cool_down: Duration::from_secs(1800),
+    }
+}
+
+#[test]
+fn a_reclaim_drains_within_the_hosts_bound_stays_off_for_the_cool_down_then_returns() {
+    // Active, then the host names us.
+    let mut seen = with_machine(observed(true), "Running");
+    seen.node = node(2, false, false);
+    let active = decide(&ScheduledMachineStatus::default(), &seen);
+    assert_eq!(active.status.phase, Some(Phase::Active));
+    assert!(
+        condition::find(&active.status.conditions, "Reclaimed").is_none(),
+        "never reclaimed"
+    );
+    seen.reclaim_request = Some(reclaim_request());
+    let draining = decide(&active.status, &seen);
+    assert_eq!(draining.status.phase, Some(Phase::Reclaimed));
+    assert_eq!(draining.action, Action::Drain { node: "w".into() });
+    assert!(
+        draining.status.message.as_deref().unwrap().starts_with(
+            "reclaimed by LibvirtHost laptop: available memory 900 MiB is below minFreeMemoryMB 2048; draining"
+        ),
+        "{:?}",
+        draining.status.message
+    );
+    assert_eq!(reason(&draining.status, "Reclaimed"), "MemoryPressure");
+    // The host has moved on; the record holds. Past the host's 60 s drain bound (the spec's is
+    // 300 s) the Machine is deleted though pods remain.
+    seen.reclaim_request = None;
+    seen.now = at("2026-12-01T16:01:00Z");
+    let deleting = decide(&draining.status, &seen);
+    assert_eq!(deleting.action, Action::DeleteMachine { skip_drain: false });
+    assert_eq!(deleting.status.phase, Some(Phase::Reclaimed));
+    // Gone: off for the cool-down although the window is open.
+    let mut gone = observed(true);
+    gone.now = at("2026-12-01T16:02:00Z");
+    let off = decide(&deleting.status, &gone);
+    assert_eq!((off.status.phase, &off.action), (Some(Phase::Reclaimed), &Action::None));
+    assert_eq!(
+        off.requeue,
+        Some(Duration::from_secs(1800)),
+        "wakes when the cool-down ends"
+    );
+    assert!(
+        off.status
+            .message
+            .as_deref()
+            .unwrap()
+            .ends_with("off until 2026-12-01T16:32:00Z")
+    );
+    // Over: the schedule decides again and the machine returns.
+    gone.now = at("2026-12-01T16:32:00Z");
+    let back = decide(&off.status, &gone);
+    assert_eq!(back.action, Action::Create);
+    assert_eq!(back.status.reclaim, None);
+    assert_eq!(reason(&back.status, "Reclaimed"), "CoolDownOver");
+}
+
+#[test]
+fn a_reclaim_outranks_a_force_on_but_not_the_kill_switch() {
+    let mut seen = with_machine(observed(true), "Running");
+    seen.forced = Some(crate::controllers::scheduled_machine::overrides::Forced {
+        active: true,
+        until: at("2026-12-02T00:00:00Z"),
+        annotation: crate::controllers::scheduled_machine::overrides::FORCE_ON_UNTIL,
+    });
+    seen.reclaim_request = Some(reclaim_request());
+    let d = decide(&ScheduledMachineStatus::default(), &seen);
+    assert_eq!(d.status.phase, Some(Phase::Reclaimed));
+    assert_eq!(
+        d.action,
+        Action::DeleteMachine { skip_drain: false },
+        "no Node: straight to deletion"
+    );
+    seen.kill_switch = true;
+    let killed = decide(&ScheduledMachineStatus::default(), &seen);
+    assert_eq!(killed.status.phase, Some(Phase::Terminated));
 }
