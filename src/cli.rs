@@ -244,6 +244,12 @@ pub struct SandboxArgs {
     /// manifest is ever dialled. `real`: hosts and endpoints are contacted as written.
     #[arg(long, env = "CAPLV_SANDBOX_LIBVIRT", value_enum, default_value_t = LibvirtMode::Test)]
     pub libvirt: LibvirtMode,
+    /// With `--libvirt test`: where the simulated hosts' node files go (default: a temporary
+    /// directory, removed on exit). A host's faked load goes beside its node file, in
+    /// `<namespace>-<name>.xml.stats.json`, e.g. `{"availableMemoryMib": 1024}` to put it under
+    /// memory pressure.
+    #[arg(long, env = "CAPLV_SANDBOX_HOSTS_DIR")]
+    pub hosts_dir: Option<PathBuf>,
     /// Cluster API core version the simulator serves.
     #[arg(long, env = "CAPLV_SANDBOX_CAPI_VERSION", value_enum, default_value_t = CapiVersionArg::V1beta1)]
     pub capi_version: CapiVersionArg,

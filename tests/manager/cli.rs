@@ -108,6 +108,24 @@ fn unreachable_api_server_fails_fast_with_the_address() {
 }
 
 #[test]
+fn a_hosts_dir_without_simulated_hosts_is_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = manager()
+        .args(["sandbox", "--libvirt", "real", "--hosts-dir"])
+        .arg(dir.path())
+        .arg("--kubeconfig-out")
+        .arg(dir.path().join("k"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--hosts-dir applies to --libvirt test only"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn missing_configuration_is_explained() {
     let home = tempfile::tempdir().unwrap();
     let out = manager()

@@ -13,9 +13,12 @@ async fn the_seed_applies_unchanged_and_the_seed_query_works() {
     let kubeconfig = dir.path().join("sandbox.kubeconfig");
     // Debug logs go to a file (a pipe could fill up): the kubeconfig token must not be in them.
     let log = dir.path().join("sandbox.log");
+    let hosts_dir = dir.path().join("hosts");
     let child = manager()
         .args(["sandbox", "--metrics-addr", "127.0.0.1:0", "--kubeconfig-out"])
         .arg(&kubeconfig)
+        .arg("--hosts-dir")
+        .arg(&hosts_dir)
         .env("CAPLV_LOG", "debug")
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap())
@@ -205,7 +208,33 @@ async fn the_seed_applies_unchanged_and_the_seed_query_works() {
         let out = kubectl(&kubeconfig, &["get", kind, "spot-worker-01", "-o", "name"]);
         assert!(out.status.success(), "{kind}: {}", String::from_utf8_lossy(&out.stderr));
     }
-    // ... and the kill switch takes it to Terminated, removing them.
+    // The laptop's owner needs memory: faked beside the simulated host's node file, a lasting
+    // shortage reclaims the worker, and `kubectl get lvh` shows the pressure.
+    std::fs::write(
+        hosts_dir.join("default-laptop.xml.stats.json"),
+        r#"{"availableMemoryMib": 1024}"#,
+    )
+    .unwrap();
+    let reclaim = r#"{"spec":{"reclaim":{"minFreeMemoryMB":4096,"for":"1s","coolDown":"1h"}}}"#;
+    let out = kubectl(
+        &kubeconfig,
+        &["patch", "libvirthost", "laptop", "--type", "merge", "-p", reclaim],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_until("spot-worker-01 Reclaimed", || async {
+        phase(&kubeconfig) == "Reclaimed"
+    })
+    .await;
+    let row =
+        String::from_utf8_lossy(&kubectl(&kubeconfig, &["get", "lvh", "laptop", "--no-headers"]).stdout).into_owned();
+    assert!(row.contains("MemoryPressure"), "the Pressure column: {row}");
+    wait_until("the reclaimed Machine removed", || async {
+        kubectl(&kubeconfig, &["get", "machine", "-o", "name"])
+            .stdout
+            .is_empty()
+    })
+    .await;
+    // ... and the kill switch, which outranks a reclaim, takes it to Terminated.
     let kill = r#"{"spec":{"killSwitch":true}}"#;
     let out = kubectl(
         &kubeconfig,

@@ -65,7 +65,8 @@ pub struct Sandbox {
     pub shared: Shared,
     /// The settings the controllers run with.
     pub settings: crate::reconcile::Settings,
-    /// Node files of the simulated libvirt hosts (`--libvirt test`); removed on drop.
+    /// The temporary directory of the simulated libvirt hosts' node files (`--libvirt test`
+    /// without `--hosts-dir`); removed on drop.
     _hosts: Option<tempfile::TempDir>,
 }
 
@@ -89,6 +90,9 @@ impl Sandbox {
     /// When the listen address cannot be bound, a CRD is refused, a kubeconfig of
     /// `--control-plane real` is unusable, or start-up times out.
     pub async fn start(args: &SandboxArgs) -> anyhow::Result<Self> {
+        if args.libvirt == LibvirtMode::Real && args.hosts_dir.is_some() {
+            anyhow::bail!("--hosts-dir applies to --libvirt test only");
+        }
         let (client, manager_client, manager_ca, backend) = match args.control_plane {
             ControlPlaneMode::Memkube => {
                 let (server, addr, simulator) = start_memkube(args).await?;
@@ -134,13 +138,21 @@ impl Sandbox {
         }
         config.probe = probe;
         config.leader = None;
-        let hosts = match args.libvirt {
-            LibvirtMode::Test => Some(tempfile::tempdir().context("cannot create a directory for simulated hosts")?),
-            LibvirtMode::Real => None,
+        let (hosts_dir, hosts) = match (args.libvirt, &args.hosts_dir) {
+            (LibvirtMode::Test, Some(dir)) => {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("--hosts-dir {}: cannot create it", dir.display()))?;
+                (Some(dir.clone()), None)
+            }
+            (LibvirtMode::Test, None) => {
+                let temp = tempfile::tempdir().context("cannot create a directory for simulated hosts")?;
+                (Some(temp.path().to_path_buf()), Some(temp))
+            }
+            (LibvirtMode::Real, _) => (None, None),
         };
         let mut shared = Shared::new()?;
-        if let Some(dir) = &hosts {
-            let locator = Arc::new(SimulatedHosts(dir.path().to_path_buf()));
+        if let Some(dir) = hosts_dir {
+            let locator = Arc::new(SimulatedHosts(dir));
             shared.hosts = Arc::new(HostConnections::default().with_locator(locator));
         }
         let readiness = shared.readiness.clone();

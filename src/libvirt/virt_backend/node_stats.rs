@@ -71,7 +71,9 @@ fn read_fields<T: Copy>(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FakedStats {
     available_memory_mib: Option<u64>,
+    #[serde(default)]
     cpu_busy_ns: u64,
+    #[serde(default)]
     cpu_total_ns: u64,
     #[serde(default)]
     guest_cpu_ns: u64,
