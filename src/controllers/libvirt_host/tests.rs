@@ -162,25 +162,10 @@ fn the_load_goes_into_status_and_stays_when_a_check_fails() {
         available_memory_mb: Some(812),
         host_cpu_percent: Some(35),
     };
-    let measured = Measurement {
+    let loaded = probed_with(Measurement {
         available_memory_mib: Some(812),
         host_cpu_percent: Some(35.2),
-    };
-    let Observation::Probed {
-        info,
-        fingerprint,
-        committed,
-        ..
-    } = probed()
-    else {
-        unreachable!()
-    };
-    let loaded = Observation::Probed {
-        info,
-        fingerprint,
-        committed,
-        measurement: Some(measured),
-    };
+    });
     let p = plan(
         &LibvirtHostStatus::default(),
         &spec(),
@@ -200,7 +185,8 @@ fn the_load_goes_into_status_and_stays_when_a_check_fails() {
     assert_eq!(p.status.load, Some(load), "the last known load, like the capacity");
 }
 
-fn measured(memory: u64) -> Observation {
+/// A successful check that also read the host's statistics.
+fn probed_with(measurement: Measurement) -> Observation {
     let Observation::Probed {
         info,
         fingerprint,
@@ -214,11 +200,15 @@ fn measured(memory: u64) -> Observation {
         info,
         fingerprint,
         committed,
-        measurement: Some(Measurement {
-            available_memory_mib: Some(memory),
-            host_cpu_percent: Some(5.0),
-        }),
+        measurement: Some(measurement),
     }
+}
+
+fn measured(memory: u64) -> Observation {
+    probed_with(Measurement {
+        available_memory_mib: Some(memory),
+        host_cpu_percent: Some(5.0),
+    })
 }
 
 fn reclaiming_spec(policy: serde_json::Value) -> LibvirtHostSpec {
