@@ -230,6 +230,10 @@ cmd_up() {
   case "$contract" in v1beta1 | v1beta2) ;; *) die "CAPLV_CAPI_VERSION must be v1beta1 or v1beta2, not '$contract'" ;; esac
   check_prerequisites
   [ -e "$dir/pids" ] && die "$dir already holds a control plane; run: control-plane.sh down $dir"
+  # kubectl caches discovery per host:port for hours, and every control plane listens on the
+  # same port: a cache from one Cluster API contract would make kubectl ask the next one for
+  # versions it does not serve. Each control plane keeps its own.
+  export KUBECACHEDIR="$dir/kube-cache"
   local base=${CAPLV_CP_PORT_BASE:-26000}
   api_port=$((base + 443))
   local etcd_port=$((base + 379)) peer_port=$((base + 380)) kcm_port=$((base + 257))
@@ -329,6 +333,7 @@ CAPLV_CP_API_URL=https://127.0.0.1:$api_port
 CAPLV_CP_CA_FILE=$pki/ca.crt
 CAPLV_CP_AUDIT_LOG=$dir/audit.log
 CAPLV_CP_KUBECTL=$kube/kubectl
+KUBECACHEDIR=$KUBECACHEDIR
 CAPLV_CP_KUBERNETES_VERSION=$(module_version kube k8s.io/kubernetes)
 CAPLV_CAPI_VERSION=$contract
 CAPLV_CAPI_RELEASE=$release
