@@ -65,6 +65,12 @@ pub struct LibvirtClusterStatus {
     /// Cluster API v1beta2 contract: one-time provisioning flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initialization: Option<InfrastructureInitialization>,
+    /// The failure domains of the LibvirtHosts in this namespace (`spec.failureDomain`), for
+    /// Cluster API to copy to the Cluster: a map of name to `{controlPlane: false}` under the
+    /// v1beta1 contract, a list of `{name, controlPlane: false}` under v1beta2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::preserve_unknown_any")]
+    pub failure_domains: Option<serde_json::Value>,
     /// `Ready` (endpoint answering), `Paused`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -31,16 +31,16 @@ use super::{common::DURATION_PATTERN, condition::Condition};
         description = "Whether the host is reachable and usable"
     ),
     printcolumn(
-        name = "vCPUs",
+        name = "FreeVCPUs",
         type_ = "integer",
         json_path = ".status.capacity.availableVCPUs",
-        description = "vCPUs available to new machines"
+        description = "vCPUs free for new machines (after the reservation, overcommit and allocations)"
     ),
     printcolumn(
-        name = "Memory",
+        name = "FreeMemoryMB",
         type_ = "integer",
         json_path = ".status.capacity.availableMemoryMB",
-        description = "Memory (MB) available to new machines"
+        description = "Memory (MiB) free for new machines (after the reservation, overcommit and allocations)"
     ),
     printcolumn(
         name = "Pressure",
@@ -89,6 +89,14 @@ pub struct LibvirtHostSpec {
     /// Capacity kept back for the host itself; never given to machines.
     #[serde(default)]
     pub reserved_resources: ReservedResources,
+    /// How much more than it has (after the reservation) the host may promise to machines.
+    #[serde(default)]
+    pub overcommit: Overcommit,
+    /// The failure domain (rack, room, power feed) the host is in. Its LibvirtCluster publishes
+    /// the domains of its hosts, and a Machine that names one is placed on a host in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub failure_domain: Option<String>,
     /// Seconds between health checks of the host.
     #[serde(default = "default_health_check_interval")]
     #[schemars(range(min = 30, max = 86400))]
@@ -181,6 +189,61 @@ impl Default for ReservedResources {
             vcpus: default_reserved_vcpus(),
             memory_mb: default_reserved_memory(),
         }
+    }
+}
+
+/// Overcommit ratios: what machines may be promised, per unit the host has after its
+/// reservation. `cpuRatio: 4` offers four vCPUs per logical CPU; `memoryRatio: 0.9` keeps a
+/// tenth of the memory back on top of the reservation.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Overcommit {
+    /// vCPUs offered per logical CPU (0.1 to 64).
+    #[serde(default)]
+    #[schemars(range(min = 0.1, max = 64.0))]
+    pub cpu_ratio: Ratio,
+    /// MiB offered per MiB of memory (0.1 to 4).
+    #[serde(default)]
+    #[schemars(range(min = 0.1, max = 4.0))]
+    pub memory_ratio: Ratio,
+}
+
+/// A finite positive ratio (the schema's bounds keep NaN and infinities out, so equality is
+/// total).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(transparent)]
+pub struct Ratio(pub f64);
+
+impl Eq for Ratio {}
+
+impl Default for Ratio {
+    fn default() -> Self {
+        Self(1.0)
+    }
+}
+
+impl Ratio {
+    /// `amount` scaled by the ratio, rounded down (a non-finite ratio counts as 1).
+    #[must_use]
+    pub fn scale(self, amount: i64) -> i64 {
+        let ratio = if self.0.is_finite() && self.0 > 0.0 {
+            self.0
+        } else {
+            1.0
+        };
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_precision_loss,
+            reason = "host sizes are far below f64's exact integer range, and the result is clamped"
+        )]
+        let scaled = (amount as f64 * ratio).floor().clamp(0.0, i64::MAX as f64) as i64;
+        scaled
+    }
+}
+
+impl std::fmt::Display for Ratio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
     }
 }
 
@@ -283,7 +346,14 @@ pub struct HostCapacity {
     /// Memory on the host, MiB.
     #[serde(rename = "totalMemoryMB")]
     pub total_memory_mb: i64,
-    /// vCPUs left for new machines: total minus reserved minus what this manager's machines use.
+    /// vCPUs machines may be promised in all: total minus reserved, times `overcommit.cpuRatio`.
+    #[serde(default, rename = "allocatableVCPUs")]
+    pub allocatable_vcpus: i32,
+    /// Memory machines may be promised in all, MiB: total minus reserved, times
+    /// `overcommit.memoryRatio`.
+    #[serde(default, rename = "allocatableMemoryMB")]
+    pub allocatable_memory_mb: i64,
+    /// vCPUs left for new machines: allocatable minus what this manager's machines use.
     #[serde(rename = "availableVCPUs")]
     pub available_vcpus: i32,
     /// Memory left for new machines, MiB.

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::CustomResource;
+use k8s_openapi::apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::LabelSelector};
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +13,7 @@ use super::{
 };
 
 /// Desired state of a LibvirtMachine.
-#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[derive(CustomResource, KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
     version = "v1alpha1",
@@ -29,8 +29,8 @@ use super::{
     printcolumn(
         name = "Host",
         type_ = "string",
-        json_path = ".spec.hostRef.name",
-        description = "LibvirtHost the VM runs on"
+        json_path = ".status.hostRef.name",
+        description = "LibvirtHost the VM runs on (chosen at admission)"
     ),
     printcolumn(
         name = "Ready",
@@ -52,10 +52,18 @@ use super::{
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
+#[x_kube(validation = Rule::new("has(self.hostRef) != has(self.hostSelector)").message("set exactly one of hostRef or hostSelector"))]
 #[serde(rename_all = "camelCase")]
 pub struct LibvirtMachineSpec {
-    /// The LibvirtHost (same namespace) that runs this VM.
-    pub host_ref: LocalObjectReference,
+    /// The LibvirtHost (same namespace) that runs this VM. Set this or `hostSelector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ref: Option<LocalObjectReference>,
+    /// A pool of LibvirtHosts (same namespace) by label: the VM goes to one that matches (and is
+    /// in the Machine's failure domain, if it names one), the least allocated first. The choice
+    /// is made at admission, recorded in `status.hostRef`, and kept for the machine's life. Set
+    /// this or `hostRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_selector: Option<LabelSelector>,
     /// Set by the controller to `libvirt:///<domain-uuid>`; CAPI copies it to the Machine and
     /// matches the Node by it.
     #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
@@ -266,6 +274,10 @@ pub struct DnsSpec {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct LibvirtMachineStatus {
+    /// The LibvirtHost the machine was admitted to: `spec.hostRef`, or the one `hostSelector`
+    /// chose. It never changes afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ref: Option<LocalObjectReference>,
     /// Cluster API v1beta1 contract: true once the VM is provisioned.
     #[serde(default)]
     pub ready: bool,
@@ -301,6 +313,19 @@ pub struct LibvirtMachineStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+impl LibvirtMachine {
+    /// The LibvirtHost this machine runs on, or is bound to: the one admission recorded, else
+    /// the one the spec names; `None` while a `hostSelector` has not chosen.
+    #[must_use]
+    pub fn host_name(&self) -> Option<&str> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.host_ref.as_ref())
+            .or(self.spec.host_ref.as_ref())
+            .map(|r| r.name.as_str())
+    }
 }
 
 /// Resources committed to one machine on its host.

@@ -140,7 +140,15 @@ mod tests {
         );
         assert_eq!(
             columns("libvirthosts.infrastructure.cluster.x-k8s.io"),
-            ["URI", "Ready", "vCPUs", "Memory", "Pressure", "Reclaiming", "Age"]
+            [
+                "URI",
+                "Ready",
+                "FreeVCPUs",
+                "FreeMemoryMB",
+                "Pressure",
+                "Reclaiming",
+                "Age"
+            ]
         );
         assert_eq!(
             columns("libvirtmachines.infrastructure.cluster.x-k8s.io"),

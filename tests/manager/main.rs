@@ -9,6 +9,7 @@
 
 mod cli;
 mod control_plane_script;
+mod host_pool;
 mod house;
 mod ignition_config;
 mod lead_time;

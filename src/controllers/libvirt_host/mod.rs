@@ -142,8 +142,33 @@ pub fn capacity(info: &HostInfo, spec: &LibvirtHostSpec, committed: Resources) -
     HostCapacity {
         total_vcpus,
         total_memory_mb,
+        allocatable_vcpus: i32::try_from(offered.vcpus).unwrap_or(i32::MAX),
+        allocatable_memory_mb: offered.memory_mib,
         available_vcpus: i32::try_from(offered.vcpus.saturating_sub(committed.vcpus).max(0)).unwrap_or(i32::MAX),
         available_memory_mb: offered.memory_mib.saturating_sub(committed.memory_mib).max(0),
+    }
+}
+
+/// `Ready`'s message for a host that answered, with what the reservation and overcommit leave
+/// none of: a new user's small host with the default reservation must say why every machine
+/// waits.
+fn connected_message(info: &HostInfo, spec: &LibvirtHostSpec, capacity: Option<&HostCapacity>) -> String {
+    let connected = format!(
+        "connected to libvirt {} ({} driver, {} vCPUs, {} MiB)",
+        info.libvirt_version, info.driver, info.cpus, info.memory_mib
+    );
+    let nothing = capacity.and_then(|c| match (c.allocatable_vcpus <= 0, c.allocatable_memory_mb <= 0) {
+        (true, true) => Some("vCPUs or memory"),
+        (true, false) => Some("vCPUs"),
+        (false, true) => Some("memory"),
+        (false, false) => None,
+    });
+    match nothing {
+        Some(nothing) => format!(
+            "{connected}; reservedResources ({} vCPUs, {} MiB) and overcommit leave no {nothing} for machines",
+            spec.reserved_resources.vcpus, spec.reserved_resources.memory_mb
+        ),
+        None => connected,
     }
 }
 
@@ -260,10 +285,7 @@ pub fn plan(
             if fingerprint.is_some() {
                 status.observed_host_key_fingerprint.clone_from(fingerprint);
             }
-            let message = format!(
-                "connected to libvirt {} ({} driver, {} vCPUs, {} MiB)",
-                info.libvirt_version, info.driver, info.cpus, info.memory_mib
-            );
+            let message = connected_message(info, spec, status.capacity.as_ref());
             (Status::True, HostReason::Connected, message, interval)
         }
         Observation::Failed(failure) => {
@@ -463,10 +485,9 @@ pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdo
         // A machine's allocation changes what is available on its host, and its removal may
         // be what the reclaim policy waits for.
         .watches_stream(machine_events, |machine| {
-            Some(
-                ObjectRef::<LibvirtHost>::new(&machine.spec.host_ref.name)
-                    .within(machine.namespace().as_deref().unwrap_or_default()),
-            )
+            machine.host_name().map(|host| {
+                ObjectRef::<LibvirtHost>::new(host).within(machine.namespace().as_deref().unwrap_or_default())
+            })
         })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let synced = {

@@ -47,6 +47,8 @@ fn probed_host_is_ready_with_capacity_minus_reservation() {
         Some(HostCapacity {
             total_vcpus: 16,
             total_memory_mb: 31_560,
+            allocatable_vcpus: 14,
+            allocatable_memory_mb: 27_464,
             available_vcpus: 14,
             available_memory_mb: 27_464,
         })
@@ -322,4 +324,49 @@ fn a_bad_policy_is_named_and_no_policy_leaves_no_trace() {
     assert_eq!(under_pressure(&off.status), None);
     assert_eq!(off.status.reclaim, None);
     assert_eq!(off.requeue, Duration::from_secs(300));
+}
+
+#[test]
+fn a_small_host_whose_reservation_leaves_nothing_says_so() {
+    let two_cpus = Observation::Probed {
+        info: HostInfo {
+            cpus: 2,
+            memory_mib: 8192,
+            ..info()
+        },
+        fingerprint: None,
+        committed: Resources::default(),
+        measurement: None,
+    };
+    let p = plan(
+        &LibvirtHostStatus::default(),
+        &spec(),
+        Some(1),
+        &two_cpus,
+        &[],
+        &time("2026-01-01T00:00:00Z"),
+    );
+    let capacity = p.status.capacity.clone().unwrap();
+    assert_eq!((capacity.allocatable_vcpus, capacity.available_vcpus), (0, 0));
+    let ready = condition::find(&p.status.conditions, condition::READY).unwrap();
+    assert!(
+        ready
+            .message
+            .ends_with("reservedResources (2 vCPUs, 4096 MiB) and overcommit leave no vCPUs for machines"),
+        "{}",
+        ready.message
+    );
+    // Overcommit gives the small host something to offer.
+    let mut overcommitted = spec();
+    overcommitted.overcommit.cpu_ratio = crate::api::libvirt_host::Ratio(4.0);
+    overcommitted.reserved_resources.vcpus = 1;
+    let p = plan(
+        &LibvirtHostStatus::default(),
+        &overcommitted,
+        Some(1),
+        &two_cpus,
+        &[],
+        &time("2026-01-01T00:00:00Z"),
+    );
+    assert_eq!(p.status.capacity.unwrap().available_vcpus, 4);
 }

@@ -10,6 +10,7 @@ use super::{
 };
 use crate::{
     api::{
+        common::LocalObjectReference,
         condition::{self, Status},
         libvirt_host::{HostCondition, LibvirtHost},
         libvirt_machine::{LibvirtMachine, LibvirtMachineStatus, MachineReason},
@@ -17,6 +18,7 @@ use crate::{
     reconcile::{
         apply_status,
         host_connections::host_id,
+        host_pool,
         placement::{self, Admission, Candidate, Resources},
     },
 };
@@ -27,6 +29,39 @@ pub(super) enum Admitted {
     Now(Box<LibvirtMachineStatus>),
     /// Not now.
     Wait(Wait),
+}
+
+/// Admit the machine to the first of `hosts` that takes it: its own host, or a pool's hosts in
+/// the order [`host_pool::rank`] gives (the least allocated first). `Err` is why it waits.
+pub(super) async fn admit_to_one(
+    machine: &LibvirtMachine,
+    state: &State,
+    hosts: Vec<LibvirtHost>,
+    id: &plan::Identity,
+    now: &Time,
+) -> Result<Result<(Box<LibvirtMachineStatus>, LibvirtHost), Wait>, Error> {
+    let pooled = hosts.len() > 1;
+    let ranked = if pooled {
+        host_pool::rank(hosts, |h| state.shared.placement.committed(&host_id(h)))
+    } else {
+        hosts
+    };
+    let mut waits = Vec::new();
+    for host in ranked {
+        match admit(machine, state, &host, id, now).await? {
+            Admitted::Now(status) => return Ok(Ok((status, host))),
+            Admitted::Wait(wait) => waits.push((host.name_any(), wait)),
+        }
+    }
+    if !pooled && let Some((_, wait)) = waits.pop() {
+        return Ok(Err(wait));
+    }
+    let each: Vec<String> = waits.iter().map(|(host, w)| format!("{host}: {}", w.message)).collect();
+    Ok(Err(Wait::new(
+        MachineReason::WaitingForCapacity,
+        format!("no host of spec.hostSelector has room; {}", each.join("; ")),
+        Action::requeue(CAPACITY_RECHECK),
+    )))
 }
 
 /// Admit the machine to its host, or say why it waits. Holds the host's admission lock while
@@ -74,12 +109,13 @@ pub(super) async fn admit(
     }
     let decision = match admitted {
         Some(size) => Admission::Admitted(size),
-        None => placement::decide(&candidate, &placement.waiting(&host_key), free),
+        None => placement::decide(&candidate, &placement.waiting(host), free),
     };
     match decision {
         Admission::Admitted(size) => {
             let allocated = size.allocated();
             let mut status = current(machine);
+            status.host_ref = Some(LocalObjectReference { name: host.name_any() });
             status.allocated = Some(allocated);
             status.managed_artifacts = Some(plan::artifacts(id, &machine.spec, host));
             let status = with_ready(
@@ -105,7 +141,7 @@ pub(super) async fn admit(
         }
         Admission::Wait(why) => Ok(Admitted::Wait(Wait::new(
             MachineReason::WaitingForCapacity,
-            why,
+            format!("{why} ({})", placement::describe_host(host)),
             Action::requeue(CAPACITY_RECHECK),
         ))),
     }
