@@ -54,6 +54,13 @@ use super::{common::DURATION_PATTERN, condition::Condition};
         json_path = ".status.reclaim.victim.scheduledMachine",
         description = "The ScheduledMachine being removed to give the host back to its owner"
     ),
+    printcolumn(
+        name = "Maintenance",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Maintenance\")].reason",
+        description = "Draining or Drained while in maintenance",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[x_kube(validation = Rule::new("!self.uri.startsWith('qemu+ssh://') || has(self.secretRef)").message("secretRef is required for qemu+ssh URIs").field_path(".secretRef"))]
@@ -106,6 +113,12 @@ pub struct LibvirtHostSpec {
     /// priority first and one at a time, until the pressure is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim: Option<ReclaimPolicy>,
+    /// Take the host out of service: no machine is placed on it any more, and its machines are
+    /// removed one at a time, lowest priority first (their Cluster API Machines are deleted, so
+    /// Cluster API drains their Nodes and a MachineSet replaces them elsewhere). `Maintenance`
+    /// reports the progress; setting it back to false makes the host usable again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub maintenance: bool,
 }
 
 /// When and how a host takes its spot machines back. The host is checked every `for / 2`
@@ -272,6 +285,9 @@ pub struct LibvirtHostStatus {
     /// What the reclaim policy is doing (absent without `spec.reclaim`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim: Option<ReclaimStatus>,
+    /// What maintenance is doing (absent out of maintenance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceStatus>,
     /// libvirt version the host reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub libvirt_version: Option<String>,
@@ -318,6 +334,18 @@ pub struct ReclaimStatus {
     /// The spot machine being removed now; one at a time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub victim: Option<ReclaimVictim>,
+}
+
+/// Maintenance's progress.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceStatus {
+    /// The LibvirtMachine being removed now; one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removing: Option<String>,
+    /// LibvirtMachines still on the host.
+    #[serde(default)]
+    pub remaining: i32,
 }
 
 /// A spot machine the host reclaims.
@@ -370,6 +398,20 @@ crate::condition_names! {
         Reachable,
         /// The host's owner needs it back: a `spec.reclaim` limit has been crossed for `for`.
         UnderPressure,
+        /// `spec.maintenance`: the host is being emptied, or is empty.
+        Maintenance,
+    }
+}
+
+crate::condition_names! {
+    /// Reasons of a LibvirtHost's `Maintenance`.
+    pub enum MaintenanceReason {
+        /// True: machines are being removed.
+        Draining,
+        /// True: no machine is left; the host can be taken down.
+        Drained,
+        /// False: maintenance is over; the host takes machines again.
+        InService,
     }
 }
 

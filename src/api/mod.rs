@@ -33,7 +33,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use ignition_config::{IgnitionConfig, IgnitionConfigTemplate};
-pub use libvirt_cluster::LibvirtCluster;
+pub use libvirt_cluster::{LibvirtCluster, LibvirtClusterTemplate};
 pub use libvirt_host::LibvirtHost;
 pub use libvirt_machine::{LibvirtMachine, LibvirtMachineTemplate};
 pub use scheduled_capacity::ScheduledCapacity;
@@ -58,6 +58,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         LibvirtHost::crd(),
         LibvirtMachine::crd(),
         LibvirtMachineTemplate::crd(),
+        LibvirtClusterTemplate::crd(),
         SelfManagedControlPlane::crd(),
         IgnitionConfig::crd(),
         IgnitionConfigTemplate::crd(),
@@ -147,7 +148,8 @@ mod readme_tests {
             (
                 "LibvirtHost",
                 set!(libvirt_host::HostCondition),
-                &set!(libvirt_host::HostReason) | &set!(libvirt_host::PressureReason),
+                &(&set!(libvirt_host::HostReason) | &set!(libvirt_host::PressureReason))
+                    | &set!(libvirt_host::MaintenanceReason),
             ),
             (
                 "LibvirtMachine",

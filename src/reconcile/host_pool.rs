@@ -53,6 +53,9 @@ pub fn unusable(host: &LibvirtHost) -> Option<&'static str> {
     if !status.ready {
         return Some("not ready");
     }
+    if host.spec.maintenance {
+        return Some("in maintenance");
+    }
     condition::is_true(&status.conditions, HostCondition::UnderPressure.as_str()).then_some("under pressure")
 }
 

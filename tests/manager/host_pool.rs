@@ -211,3 +211,29 @@ async fn failure_domains_reach_a_v1beta1_cluster() {
 async fn failure_domains_reach_a_v1beta2_cluster() {
     failure_domains_reach_the_cluster(capi_sim::CapiVersions::V1beta2).await;
 }
+
+/// A pool template, as a MachineDeployment would use it, publishes its clones' capacity for
+/// scale-from-zero; a ClusterClass's LibvirtClusterTemplate is accepted as written.
+#[tokio::test]
+async fn a_machine_template_publishes_its_clones_capacity() {
+    let env = Env::start().await;
+    apply_yaml(
+        &env.client,
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1\nkind: LibvirtMachineTemplate\nmetadata: {name: pool, namespace: default}\nspec:\n  template:\n    spec:\n      hostSelector: {matchLabels: {pool: lab}}\n      domain: {vcpus: 4, memoryMB: 6144}\n      rootDisk: {baseImage: rhcos.qcow2, storagePool: default, size: 20Gi}\n      network: {type: network, name: default, addresses: [192.168.122.90/24]}\n",
+    )
+    .await;
+    apply_yaml(
+        &env.client,
+        "apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1\nkind: LibvirtClusterTemplate\nmetadata: {name: lab, namespace: default}\nspec:\n  template:\n    spec: {controlPlaneEndpoint: {host: 127.0.0.1, port: 6443}}\n",
+    )
+    .await;
+    let templates: kube::Api<caplv::api::LibvirtMachineTemplate> = kube::Api::namespaced(env.client.clone(), "default");
+    wait_until("the template's capacity", || async {
+        templates.get("pool").await.unwrap().status.is_some_and(|s| {
+            s.capacity.get("cpu").map(|q| q.0.as_str()) == Some("4")
+                && s.capacity.get("memory").map(|q| q.0.as_str()) == Some("6144Mi")
+        })
+    })
+    .await;
+    env.stop().await;
+}

@@ -38,7 +38,7 @@ fn probed_host_is_ready_with_capacity_minus_reservation() {
         &spec(),
         Some(2),
         &probed(),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:00:00Z"),
     );
     assert!(p.status.ready);
@@ -95,7 +95,7 @@ fn host_key_refusal_reports_the_fingerprint_and_retries_sooner() {
         &spec(),
         None,
         &probed(),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:00:00Z"),
     );
     let down = plan(
@@ -107,7 +107,7 @@ fn host_key_refusal_reports_the_fingerprint_and_retries_sooner() {
             message: "host key differs".into(),
             observed_fingerprint: Some("SHA256:other".into()),
         }),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:01:00Z"),
     );
     assert!(!down.status.ready);
@@ -134,7 +134,7 @@ fn unchanged_host_does_not_rewrite_last_checked_within_half_an_interval() {
         &spec(),
         Some(1),
         &probed(),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:00:00Z"),
     );
     let soon = plan(
@@ -142,7 +142,7 @@ fn unchanged_host_does_not_rewrite_last_checked_within_half_an_interval() {
         &spec(),
         Some(1),
         &probed(),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:01:00Z"),
     );
     assert_eq!(first.status, soon.status, "no write, so no watch event, so no hot loop");
@@ -151,7 +151,7 @@ fn unchanged_host_does_not_rewrite_last_checked_within_half_an_interval() {
         &spec(),
         Some(1),
         &probed(),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:05:00Z"),
     );
     assert_eq!(later.status.last_checked, Some(time("2026-01-01T00:05:00Z")));
@@ -188,7 +188,7 @@ fn the_load_goes_into_status_and_stays_when_a_check_fails() {
         &spec(),
         Some(1),
         &loaded,
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:00:00Z"),
     );
     assert_eq!(p.status.load, Some(load.clone()));
@@ -198,7 +198,14 @@ fn the_load_goes_into_status_and_stays_when_a_check_fails() {
             message: "gone".into(),
         },
     ));
-    let p = plan(&p.status, &spec(), Some(1), &failed, &[], &time("2026-01-01T00:01:00Z"));
+    let p = plan(
+        &p.status,
+        &spec(),
+        Some(1),
+        &failed,
+        &OnHost::default(),
+        &time("2026-01-01T00:01:00Z"),
+    );
     assert_eq!(p.status.load, Some(load), "the last known load, like the capacity");
 }
 
@@ -245,13 +252,16 @@ fn under_pressure(status: &LibvirtHostStatus) -> Option<(&str, &str)> {
 #[test]
 fn a_reclaim_policy_samples_often_and_names_a_victim_once_the_pressure_lasts() {
     let spec = reclaiming_spec(serde_json::json!({"minFreeMemoryMB": 2048, "for": "10s"}));
-    let spot = [spot("a")];
+    let on_host = OnHost {
+        spot: vec![spot("a")],
+        ..OnHost::default()
+    };
     let fine = plan(
         &LibvirtHostStatus::default(),
         &spec,
         Some(1),
         &measured(8192),
-        &spot,
+        &on_host,
         &time("2026-01-01T00:00:00Z"),
     );
     assert_eq!(under_pressure(&fine.status), Some(("False", "WithinLimits")));
@@ -266,7 +276,7 @@ fn a_reclaim_policy_samples_often_and_names_a_victim_once_the_pressure_lasts() {
         &spec,
         Some(1),
         &measured(8000),
-        &spot,
+        &on_host,
         &time("2026-01-01T00:00:05Z"),
     );
     assert_eq!(next.status, fine.status);
@@ -276,7 +286,7 @@ fn a_reclaim_policy_samples_often_and_names_a_victim_once_the_pressure_lasts() {
         &spec,
         Some(1),
         &measured(1000),
-        &spot,
+        &on_host,
         &time("2026-01-01T00:00:07Z"),
     );
     assert_eq!(under_pressure(&low.status), Some(("False", "PressureBuilding")));
@@ -287,7 +297,7 @@ fn a_reclaim_policy_samples_often_and_names_a_victim_once_the_pressure_lasts() {
         &spec,
         Some(1),
         &measured(1000),
-        &spot,
+        &on_host,
         &time("2026-01-01T00:00:17Z"),
     );
     assert_eq!(under_pressure(&held.status), Some(("True", "MemoryPressure")));
@@ -304,7 +314,10 @@ fn a_bad_policy_is_named_and_no_policy_leaves_no_trace() {
         &bad_spec,
         Some(1),
         &measured(100),
-        &[spot("a")],
+        &OnHost {
+            spot: vec![spot("a")],
+            ..OnHost::default()
+        },
         &time("2026-01-01T00:00:00Z"),
     );
     assert_eq!(under_pressure(&bad.status), Some(("False", "InvalidReclaim")));
@@ -318,7 +331,10 @@ fn a_bad_policy_is_named_and_no_policy_leaves_no_trace() {
         &spec(),
         Some(2),
         &measured(100),
-        &[spot("a")],
+        &OnHost {
+            spot: vec![spot("a")],
+            ..OnHost::default()
+        },
         &time("2026-01-01T00:00:01Z"),
     );
     assert_eq!(under_pressure(&off.status), None);
@@ -343,7 +359,7 @@ fn a_small_host_whose_reservation_leaves_nothing_says_so() {
         &spec(),
         Some(1),
         &two_cpus,
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:00:00Z"),
     );
     let capacity = p.status.capacity.clone().unwrap();
@@ -365,7 +381,7 @@ fn a_small_host_whose_reservation_leaves_nothing_says_so() {
         &overcommitted,
         Some(1),
         &two_cpus,
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:00:00Z"),
     );
     assert_eq!(p.status.capacity.unwrap().available_vcpus, 4);

@@ -11,8 +11,8 @@ use super::{
 use crate::{
     api::{
         common::LocalObjectReference,
-        condition::{self, Status},
-        libvirt_host::{HostCondition, LibvirtHost},
+        condition::Status,
+        libvirt_host::LibvirtHost,
         libvirt_machine::{LibvirtMachine, LibvirtMachineStatus, MachineReason},
     },
     reconcile::{
@@ -98,12 +98,12 @@ pub(super) async fn admit(
     // Admitted before, and the cache has not caught up: keep that admission.
     let admitted = placement.admitted(&host_key, &candidate.uid);
     if admitted.is_none()
-        && let Some(message) = owner_pressure(host)
+        && let Some(why) = crate::controllers::libvirt_host::maintenance::closed(host)
     {
-        // The host's owner needs it back: nothing new goes there until the pressure ends.
+        // In maintenance, or its owner needs it back: nothing new goes there meanwhile.
         return Ok(Admitted::Wait(Wait::new(
             MachineReason::WaitingForCapacity,
-            format!("the host's owner needs it back ({message}); new machines wait until the pressure ends"),
+            format!("{why}; new machines wait until that ends"),
             Action::requeue(CAPACITY_RECHECK),
         )));
     }
@@ -145,12 +145,4 @@ pub(super) async fn admit(
             Action::requeue(CAPACITY_RECHECK),
         ))),
     }
-}
-
-/// The host's `UnderPressure` message while it is True.
-fn owner_pressure(host: &LibvirtHost) -> Option<&str> {
-    let status = host.status.as_ref()?;
-    condition::find(&status.conditions, HostCondition::UnderPressure.as_str())
-        .filter(|c| c.status == Status::True.as_str())
-        .map(|c| c.message.as_str())
 }
