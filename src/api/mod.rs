@@ -97,8 +97,8 @@ mod tests {
         assert_eq!(sm.spec.infrastructure_spec.kind, "LibvirtMachine");
         let machine: libvirt_machine::LibvirtMachineSpec =
             serde_json::from_value(sm.spec.infrastructure_spec.spec).unwrap();
-        assert_eq!(machine.network.addresses, ["192.168.122.100/24"]);
-        assert_eq!(machine.network.interface_name, "enp1s0");
+        assert_eq!(machine.interfaces()[0].addresses, ["192.168.122.100/24"]);
+        assert_eq!(machine.interfaces()[0].interface_name, "enp1s0");
         assert_eq!(machine.domain.memory_mb, 8192);
     }
 }
