@@ -414,7 +414,7 @@ fn dhcp_hosts_direct_nics_data_disks_and_addresses_on_the_test_driver() {
     };
     assert!(f.hv.dhcp_hosts("default").unwrap().is_empty());
     f.hv.add_dhcp_host("default", &entry).unwrap();
-    assert_eq!(f.hv.dhcp_hosts("default").unwrap(), [entry.clone()]);
+    assert_eq!(f.hv.dhcp_hosts("default").unwrap(), std::slice::from_ref(&entry));
     let mut clash = entry.clone();
     clash.mac = "52:54:00:00:00:09".into();
     clash.name = None;
