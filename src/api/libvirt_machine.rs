@@ -53,6 +53,9 @@ use super::{
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[x_kube(validation = Rule::new("has(self.hostRef) != has(self.hostSelector)").message("set exactly one of hostRef or hostSelector"))]
+#[x_kube(validation = Rule::new("has(self.network) != has(self.networks)").message("set exactly one of network or networks"))]
+#[x_kube(validation = Rule::new("!has(self.networks) || self.networks.all(n, self.networks.exists_one(m, m.interfaceName == n.interfaceName))").message("networks[].interfaceName must be unique"))]
+#[x_kube(validation = Rule::new("!has(self.additionalDisks) || self.additionalDisks.all(d, self.additionalDisks.exists_one(e, e.name == d.name))").message("additionalDisks[].name must be unique"))]
 #[serde(rename_all = "camelCase")]
 pub struct LibvirtMachineSpec {
     /// The LibvirtHost (same namespace) that runs this VM. Set this or `hostSelector`.
@@ -76,14 +79,33 @@ pub struct LibvirtMachineSpec {
     pub domain: DomainSpec,
     /// The root disk, cloned from a base image.
     pub root_disk: RootDiskSpec,
-    /// The VM's network interface and its static addressing.
-    pub network: NetworkSpec,
+    /// The VM's one network interface. Set this or `networks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkSpec>,
+    /// The VM's network interfaces, in guest PCI order (the first is `enp1s0` unless
+    /// `interfaceName` says otherwise). Set this or `network`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 8))]
+    pub networks: Vec<NetworkSpec>,
+    /// Empty data disks created with the machine as `<node>-<name>.qcow2` and deleted with it,
+    /// attached after the root disk in this order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub additional_disks: Vec<AdditionalDiskSpec>,
     /// Labels applied to the Node once it joins; editable at any time.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_labels: BTreeMap<String, String>,
     /// Annotations applied to the Node once it joins; editable at any time.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_annotations: BTreeMap<String, String>,
+}
+
+impl LibvirtMachineSpec {
+    /// The interfaces, in guest order: `network`, or every entry of `networks`.
+    #[must_use]
+    pub fn interfaces(&self) -> Vec<&NetworkSpec> {
+        self.network.iter().chain(&self.networks).collect()
+    }
 }
 
 /// Bootstrap data formats a VM can consume.
@@ -204,14 +226,38 @@ pub enum DiskBus {
     Scsi,
 }
 
-/// The VM's network interface.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+/// An empty data disk.
+#[derive(KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[x_kube(validation = Rule::new("self.name != 'root'").message("'root' is the root disk's volume name"))]
+#[serde(rename_all = "camelCase")]
+pub struct AdditionalDiskSpec {
+    /// Short name; the volume is `<node>-<name>.qcow2`.
+    #[schemars(regex(pattern = r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$"))]
+    pub name: String,
+    /// Virtual size, e.g. `50Gi` (thin: qcow2 allocates as the guest writes).
+    pub size: Quantity,
+    /// Storage pool the volume is created in; defaults to `rootDisk.storagePool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.:-]+$"), length(min = 1, max = 255))]
+    pub storage_pool: Option<String>,
+    /// Disk bus.
+    #[serde(default)]
+    pub bus: DiskBus,
+}
+
+/// One network interface of the VM.
+#[derive(KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("self.dhcp || (has(self.addresses) && size(self.addresses) > 0)").message("give static addresses or set dhcp: true"))]
+#[x_kube(validation = Rule::new("(self.type == 'direct') == has(self.mode)").message("mode is required for type direct and allowed only there"))]
+#[x_kube(validation = Rule::new("!self.dhcp || !has(self.addresses) || (self.type == 'network' && size(self.addresses) == 1)").message("with dhcp, addresses may hold one IPv4 address to reserve, on type network only"))]
+#[x_kube(validation = Rule::new("!self.dhcp || (!has(self.gateway) && !has(self.ipv6Gateway))").message("with dhcp the gateway comes from the DHCP server"))]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkSpec {
-    /// Whether `name` is a libvirt network or a host bridge.
+    /// `network`: a libvirt network; `bridge`: an existing host bridge; `direct`: macvtap on a
+    /// host NIC (needs `mode`).
     #[serde(rename = "type")]
     pub type_: NetworkType,
-    /// libvirt network name or host bridge name.
+    /// libvirt network name, host bridge name, or (for `direct`) host NIC name.
     #[schemars(regex(pattern = r"^[A-Za-z0-9_.:-]+$"), length(min = 1, max = 255))]
     pub name: String,
     /// NIC model.
@@ -222,9 +268,21 @@ pub struct NetworkSpec {
     #[serde(default = "default_interface_name")]
     #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,15}$"))]
     pub interface_name: String,
-    /// Static addresses with prefix length, IPv4 or IPv6, e.g. `192.168.122.100/24`.
-    #[schemars(length(min = 1, max = 16))]
+    /// macvtap mode for `type: direct`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<DirectMode>,
+    /// Static addresses with prefix length, IPv4 or IPv6, e.g. `192.168.122.100/24`. With
+    /// `dhcp: true` on a `network` interface, one IPv4 address here is reserved for this VM's
+    /// MAC in the libvirt network's DHCP server; leave it out to take any address of the
+    /// network's DHCP range.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     pub addresses: Vec<String>,
+    /// Configure the guest interface by DHCP (NetworkManager `method=auto`) instead of static
+    /// addresses; `status.addresses` then comes from the network's DHCP leases or the guest
+    /// agent.
+    #[serde(default)]
+    pub dhcp: bool,
     /// IPv4 default gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<String>,
@@ -256,6 +314,22 @@ pub enum NetworkType {
     Network,
     /// An existing host bridge.
     Bridge,
+    /// macvtap directly on a host NIC.
+    Direct,
+}
+
+/// macvtap modes of a `direct` interface.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DirectMode {
+    /// Traffic goes out to the external switch, even between guests (needs a VEPA switch).
+    Vepa,
+    /// Guests on the same NIC talk directly; the host itself is not reachable.
+    Bridge,
+    /// Like `vepa`, but guests on the NIC never reach each other.
+    Private,
+    /// The NIC is given to this one guest.
+    Passthrough,
 }
 
 /// DNS settings for the guest.
@@ -359,86 +433,33 @@ pub struct ManagedArtifacts {
     /// Per-VM UEFI NVRAM file (removed with the domain definition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvram_path: Option<String>,
+    /// The `additionalDisks` volumes, as `pool/volume`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional_volumes: Vec<String>,
+    /// DHCP host reservations made in libvirt networks for this machine's interfaces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dhcp_reservations: Vec<DhcpReservation>,
 }
 
-/// A template CAPI MachineSets and MachineDeployments clone LibvirtMachines from.
-#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[kube(
-    group = "infrastructure.cluster.x-k8s.io",
-    version = "v1alpha1",
-    kind = "LibvirtMachineTemplate",
-    namespaced,
-    shortname = "lvmt",
-    category = "cluster-api",
-    category = "caplv",
-    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
-    doc = "A template for LibvirtMachines, as the Cluster API InfraMachineTemplate contract requires.",
-    status = "LibvirtMachineTemplateStatus",
-    printcolumn(
-        name = "CPU",
-        type_ = "string",
-        json_path = ".status.capacity.cpu",
-        description = "vCPUs of every clone, for scale-from-zero"
-    ),
-    printcolumn(
-        name = "Memory",
-        type_ = "string",
-        json_path = ".status.capacity.memory",
-        description = "Memory of every clone, for scale-from-zero"
-    ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
-)]
-#[serde(rename_all = "camelCase")]
-pub struct LibvirtMachineTemplateSpec {
-    /// The LibvirtMachine every clone starts from.
-    pub template: LibvirtMachineTemplateResource,
-}
-
-/// What a clone of the template will have, for the cluster autoscaler to scale a
-/// MachineDeployment up from zero replicas (it has no machine to look at then).
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct LibvirtMachineTemplateStatus {
-    /// `cpu` and `memory` of every clone; a resource the template sizes from the host's free
-    /// capacity (0) is left out, as it is not known before admission.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub capacity: BTreeMap<String, Quantity>,
-    /// The clones' architecture and operating system.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_info: Option<TemplateNodeInfo>,
-}
-
-/// A clone's platform, as the autoscaler labels the Node it imagines.
+/// A DHCP host entry (`<host mac ip name/>`) in a libvirt network.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-pub struct TemplateNodeInfo {
-    /// `amd64` (q35 machines are x86-64).
-    pub architecture: String,
-    /// `linux`.
-    pub operating_system: String,
-}
-
-/// The object a LibvirtMachineTemplate stamps out.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
-pub struct LibvirtMachineTemplateResource {
-    /// Labels and annotations for the clones.
+pub struct DhcpReservation {
+    /// libvirt network name.
+    pub network: String,
+    /// The interface's MAC address, lower-case.
+    pub mac: String,
+    /// The reserved IPv4 address.
+    pub ip: String,
+    /// Host name handed out with the lease (the node name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<TemplateMetadata>,
-    /// Spec of every clone.
-    pub spec: LibvirtMachineSpec,
+    pub hostname: Option<String>,
 }
 
-/// Labels and annotations for objects stamped from a template.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct TemplateMetadata {
-    /// Labels.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    /// Annotations.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-}
+pub use super::libvirt_machine_template::{
+    LibvirtMachineTemplate, LibvirtMachineTemplateResource, LibvirtMachineTemplateSpec, LibvirtMachineTemplateStatus,
+    TemplateMetadata, TemplateNodeInfo,
+};
 
 crate::condition_names! {
     /// Condition types of a LibvirtMachine.

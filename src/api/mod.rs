@@ -14,6 +14,7 @@ pub mod ignition_config;
 pub mod libvirt_cluster;
 pub mod libvirt_host;
 pub mod libvirt_machine;
+pub mod libvirt_machine_template;
 pub mod node_taint;
 pub mod scheduled_capacity;
 pub mod scheduled_machine;
@@ -98,8 +99,8 @@ mod tests {
         assert_eq!(sm.spec.infrastructure_spec.kind, "LibvirtMachine");
         let machine: libvirt_machine::LibvirtMachineSpec =
             serde_json::from_value(sm.spec.infrastructure_spec.spec).unwrap();
-        assert_eq!(machine.network.addresses, ["192.168.122.100/24"]);
-        assert_eq!(machine.network.interface_name, "enp1s0");
+        assert_eq!(machine.interfaces()[0].addresses, ["192.168.122.100/24"]);
+        assert_eq!(machine.interfaces()[0].interface_name, "enp1s0");
         assert_eq!(machine.domain.memory_mb, 8192);
     }
 }

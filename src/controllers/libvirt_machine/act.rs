@@ -101,13 +101,19 @@ async fn provision(
     let Some(size) = current(machine).allocated else {
         return Err(Error::Task("admission recorded no allocation".to_owned()));
     };
-    let domain = match plan::domain(id, machine, &host, size) {
-        Ok(domain) => domain,
+    let planned = plan::domain(id, machine, &host, size).and_then(|d| Ok((d, plan::data_disks(id, &machine.spec)?)));
+    let (domain, data_disks) = match planned {
+        Ok(planned) => planned,
         Err(e) => {
             let wait = Wait::new(host_invalid_spec(), e.to_string(), Action::await_change());
             return Ok(waiting(machine, wait, now));
         }
     };
+    let reservations = current(machine)
+        .managed_artifacts
+        .map(|a| a.dhcp_reservations)
+        .unwrap_or_default();
+    let read_addresses = plan::wants_leases(&machine.spec);
     let started = Instant::now();
     let called = state
         .shared
@@ -119,6 +125,9 @@ async fn provision(
                     root: &root,
                     domain: &domain,
                     ignition: &payload,
+                    data_disks: &data_disks,
+                    reservations: &reservations,
+                    read_addresses,
                 },
             )
         })
@@ -192,7 +201,7 @@ pub(super) fn outcome(
     status.initialization = Some(InfrastructureInitialization {
         provisioned: Some(true),
     });
-    status.addresses = plan::addresses(id, &machine.spec);
+    status.addresses = plan::addresses(id, &machine.spec, &done.addresses);
     status.node_name = Some(id.node_name.clone());
     status.domain_uuid = Some(id.uuid.hyphenated().to_string());
     status.domain_state = Some(done.domain.state.as_str().to_owned());

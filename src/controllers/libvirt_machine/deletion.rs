@@ -124,6 +124,12 @@ fn list(a: &ManagedArtifacts) -> String {
     ]
     .into_iter()
     .flatten()
+    .chain(a.additional_volumes.iter().map(|v| format!("volume {v}")))
+    .chain(
+        a.dhcp_reservations
+            .iter()
+            .map(|r| format!("DHCP host {} {} in network {}", r.mac, r.ip, r.network)),
+    )
     .collect::<Vec<_>>()
     .join(", ")
 }

@@ -306,6 +306,9 @@ fn provision_on(hv: &FakeHypervisor, m: &LibvirtMachine) -> Outcome {
             root: &root,
             domain: &domain,
             ignition: IGNITION.as_bytes(),
+            data_disks: &[],
+            reservations: &[],
+            read_addresses: false,
         },
     );
     let called = HostCall::Ran {
