@@ -208,7 +208,10 @@ impl Default for ReservedResources {
 /// Overcommit ratios: what machines may be promised, per unit the host has after its
 /// reservation. `cpuRatio: 4` offers four vCPUs per logical CPU; `memoryRatio: 0.9` keeps a
 /// tenth of the memory back on top of the reservation.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[derive(KubeSchema, Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+// The API server checks `minimum` against a whole number truncated (0 passes `minimum: 0.1`);
+// CEL compares the values as doubles.
+#[x_kube(validation = Rule::new("self.cpuRatio >= 0.1 && self.memoryRatio >= 0.1").message("cpuRatio and memoryRatio must be at least 0.1"))]
 #[serde(rename_all = "camelCase")]
 pub struct Overcommit {
     /// vCPUs offered per logical CPU (0.1 to 64).

@@ -232,7 +232,7 @@ pub enum DiskBus {
 #[serde(rename_all = "camelCase")]
 pub struct AdditionalDiskSpec {
     /// Short name; the volume is `<node>-<name>.qcow2`.
-    #[schemars(regex(pattern = r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$"))]
+    #[schemars(regex(pattern = r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$"), length(min = 1, max = 32))]
     pub name: String,
     /// Virtual size, e.g. `50Gi` (thin: qcow2 allocates as the guest writes).
     pub size: Quantity,
@@ -266,7 +266,7 @@ pub struct NetworkSpec {
     pub model: String,
     /// Guest interface name the static configuration is written for.
     #[serde(default = "default_interface_name")]
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,15}$"))]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,15}$"), length(min = 1, max = 15))]
     pub interface_name: String,
     /// macvtap mode for `type: direct`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
