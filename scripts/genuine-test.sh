@@ -64,6 +64,8 @@ main_flows=(
   leader::only_the_lease_holder_runs_controllers_and_a_standby_takes_over
   scheduled_capacity::replicas_follow_the_schedule_across_both_edges
   scheduled_capacity::a_machine_set_follows_on_a_v1beta2_server_and_one_a_deployment_controls_is_refused
+  host_pool::failure_domains_reach_a_v1beta1_cluster
+  host_pool::failure_domains_reach_a_v1beta2_cluster
 )
 
 start=$SECONDS

@@ -403,6 +403,8 @@ pub struct MachineView {
     pub node_name: Option<String>,
     /// Whether the Machine is being deleted.
     pub deleting: bool,
+    /// `spec.failureDomain`: where the Machine must run (a plain string in both versions).
+    pub failure_domain: Option<String>,
 }
 
 impl MachineView {
@@ -435,6 +437,10 @@ impl MachineView {
             phase: status.phase,
             node_name: status.node_ref.map(|n| n.name).filter(|n| !n.is_empty()),
             deleting: obj.metadata.deletion_timestamp.is_some(),
+            failure_domain: obj.data["spec"]["failureDomain"]
+                .as_str()
+                .filter(|fd| !fd.is_empty())
+                .map(str::to_owned),
         })
     }
 }

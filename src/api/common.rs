@@ -59,6 +59,14 @@ pub struct InfrastructureInitialization {
     pub provisioned: Option<bool>,
 }
 
+/// A schema for fields whose shape depends on the Cluster API contract (a map in one, a list in
+/// the other), kept as written.
+pub fn preserve_unknown_any(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
 /// A schema for fields that hold an arbitrary object the server must keep as written.
 pub fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({

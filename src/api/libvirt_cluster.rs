@@ -55,6 +55,37 @@ pub struct LibvirtClusterSpec {
     pub control_plane_endpoint: Option<ApiEndpoint>,
 }
 
+/// A template ClusterClass stamps LibvirtClusters from.
+#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "LibvirtClusterTemplate",
+    namespaced,
+    shortname = "lvct",
+    category = "cluster-api",
+    category = "caplv",
+    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "A template for LibvirtClusters, as the Cluster API InfraClusterTemplate contract (ClusterClass) requires.",
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtClusterTemplateSpec {
+    /// The LibvirtCluster every clone starts from.
+    pub template: LibvirtClusterTemplateResource,
+}
+
+/// The object a LibvirtClusterTemplate stamps out.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub struct LibvirtClusterTemplateResource {
+    /// Labels and annotations for the clones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<super::libvirt_machine::TemplateMetadata>,
+    /// Spec of every clone.
+    pub spec: LibvirtClusterSpec,
+}
+
 /// Observed state of a LibvirtCluster.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -65,6 +96,12 @@ pub struct LibvirtClusterStatus {
     /// Cluster API v1beta2 contract: one-time provisioning flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initialization: Option<InfrastructureInitialization>,
+    /// The failure domains of the LibvirtHosts in this namespace (`spec.failureDomain`), for
+    /// Cluster API to copy to the Cluster: a map of name to `{controlPlane: false}` under the
+    /// v1beta1 contract, a list of `{name, controlPlane: false}` under v1beta2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::preserve_unknown_any")]
+    pub failure_domains: Option<serde_json::Value>,
     /// `Ready` (endpoint answering), `Paused`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -31,16 +31,16 @@ use super::{common::DURATION_PATTERN, condition::Condition};
         description = "Whether the host is reachable and usable"
     ),
     printcolumn(
-        name = "vCPUs",
+        name = "FreeVCPUs",
         type_ = "integer",
         json_path = ".status.capacity.availableVCPUs",
-        description = "vCPUs available to new machines"
+        description = "vCPUs free for new machines (after the reservation, overcommit and allocations)"
     ),
     printcolumn(
-        name = "Memory",
+        name = "FreeMemoryMB",
         type_ = "integer",
         json_path = ".status.capacity.availableMemoryMB",
-        description = "Memory (MB) available to new machines"
+        description = "Memory (MiB) free for new machines (after the reservation, overcommit and allocations)"
     ),
     printcolumn(
         name = "Pressure",
@@ -53,6 +53,13 @@ use super::{common::DURATION_PATTERN, condition::Condition};
         type_ = "string",
         json_path = ".status.reclaim.victim.scheduledMachine",
         description = "The ScheduledMachine being removed to give the host back to its owner"
+    ),
+    printcolumn(
+        name = "Maintenance",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Maintenance\")].reason",
+        description = "Draining or Drained while in maintenance",
+        priority = 1
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -89,6 +96,14 @@ pub struct LibvirtHostSpec {
     /// Capacity kept back for the host itself; never given to machines.
     #[serde(default)]
     pub reserved_resources: ReservedResources,
+    /// How much more than it has (after the reservation) the host may promise to machines.
+    #[serde(default)]
+    pub overcommit: Overcommit,
+    /// The failure domain (rack, room, power feed) the host is in. Its LibvirtCluster publishes
+    /// the domains of its hosts, and a Machine that names one is placed on a host in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub failure_domain: Option<String>,
     /// Seconds between health checks of the host.
     #[serde(default = "default_health_check_interval")]
     #[schemars(range(min = 30, max = 86400))]
@@ -98,6 +113,12 @@ pub struct LibvirtHostSpec {
     /// priority first and one at a time, until the pressure is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim: Option<ReclaimPolicy>,
+    /// Take the host out of service: no machine is placed on it any more, and its machines are
+    /// removed one at a time, lowest priority first (their Cluster API Machines are deleted, so
+    /// Cluster API drains their Nodes and a MachineSet replaces them elsewhere). `Maintenance`
+    /// reports the progress; setting it back to false makes the host usable again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub maintenance: bool,
 }
 
 /// When and how a host takes its spot machines back. The host is checked every `for / 2`
@@ -184,6 +205,64 @@ impl Default for ReservedResources {
     }
 }
 
+/// Overcommit ratios: what machines may be promised, per unit the host has after its
+/// reservation. `cpuRatio: 4` offers four vCPUs per logical CPU; `memoryRatio: 0.9` keeps a
+/// tenth of the memory back on top of the reservation.
+#[derive(KubeSchema, Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+// The API server checks `minimum` against a whole number truncated (0 passes `minimum: 0.1`);
+// CEL compares the values as doubles.
+#[x_kube(validation = Rule::new("self.cpuRatio >= 0.1 && self.memoryRatio >= 0.1").message("cpuRatio and memoryRatio must be at least 0.1"))]
+#[serde(rename_all = "camelCase")]
+pub struct Overcommit {
+    /// vCPUs offered per logical CPU (0.1 to 64).
+    #[serde(default)]
+    #[schemars(range(min = 0.1, max = 64.0))]
+    pub cpu_ratio: Ratio,
+    /// MiB offered per MiB of memory (0.1 to 4).
+    #[serde(default)]
+    #[schemars(range(min = 0.1, max = 4.0))]
+    pub memory_ratio: Ratio,
+}
+
+/// A finite positive ratio (the schema's bounds keep NaN and infinities out, so equality is
+/// total).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(transparent)]
+pub struct Ratio(pub f64);
+
+impl Eq for Ratio {}
+
+impl Default for Ratio {
+    fn default() -> Self {
+        Self(1.0)
+    }
+}
+
+impl Ratio {
+    /// `amount` scaled by the ratio, rounded down (a non-finite ratio counts as 1).
+    #[must_use]
+    pub fn scale(self, amount: i64) -> i64 {
+        let ratio = if self.0.is_finite() && self.0 > 0.0 {
+            self.0
+        } else {
+            1.0
+        };
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_precision_loss,
+            reason = "host sizes are far below f64's exact integer range, and the result is clamped"
+        )]
+        let scaled = (amount as f64 * ratio).floor().clamp(0.0, i64::MAX as f64) as i64;
+        scaled
+    }
+}
+
+impl std::fmt::Display for Ratio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 fn default_reserved_vcpus() -> i32 {
     2
 }
@@ -209,6 +288,9 @@ pub struct LibvirtHostStatus {
     /// What the reclaim policy is doing (absent without `spec.reclaim`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reclaim: Option<ReclaimStatus>,
+    /// What maintenance is doing (absent out of maintenance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceStatus>,
     /// libvirt version the host reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub libvirt_version: Option<String>,
@@ -257,6 +339,18 @@ pub struct ReclaimStatus {
     pub victim: Option<ReclaimVictim>,
 }
 
+/// Maintenance's progress.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceStatus {
+    /// The LibvirtMachine being removed now; one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removing: Option<String>,
+    /// LibvirtMachines still on the host.
+    #[serde(default)]
+    pub remaining: i32,
+}
+
 /// A spot machine the host reclaims.
 #[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -283,7 +377,14 @@ pub struct HostCapacity {
     /// Memory on the host, MiB.
     #[serde(rename = "totalMemoryMB")]
     pub total_memory_mb: i64,
-    /// vCPUs left for new machines: total minus reserved minus what this manager's machines use.
+    /// vCPUs machines may be promised in all: total minus reserved, times `overcommit.cpuRatio`.
+    #[serde(default, rename = "allocatableVCPUs")]
+    pub allocatable_vcpus: i32,
+    /// Memory machines may be promised in all, MiB: total minus reserved, times
+    /// `overcommit.memoryRatio`.
+    #[serde(default, rename = "allocatableMemoryMB")]
+    pub allocatable_memory_mb: i64,
+    /// vCPUs left for new machines: allocatable minus what this manager's machines use.
     #[serde(rename = "availableVCPUs")]
     pub available_vcpus: i32,
     /// Memory left for new machines, MiB.
@@ -300,6 +401,20 @@ crate::condition_names! {
         Reachable,
         /// The host's owner needs it back: a `spec.reclaim` limit has been crossed for `for`.
         UnderPressure,
+        /// `spec.maintenance`: the host is being emptied, or is empty.
+        Maintenance,
+    }
+}
+
+crate::condition_names! {
+    /// Reasons of a LibvirtHost's `Maintenance`.
+    pub enum MaintenanceReason {
+        /// True: machines are being removed.
+        Draining,
+        /// True: no machine is left; the host can be taken down.
+        Drained,
+        /// False: maintenance is over; the host takes machines again.
+        InService,
     }
 }
 

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::CustomResource;
+use k8s_openapi::apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::LabelSelector};
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +13,7 @@ use super::{
 };
 
 /// Desired state of a LibvirtMachine.
-#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[derive(CustomResource, KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
     version = "v1alpha1",
@@ -29,8 +29,8 @@ use super::{
     printcolumn(
         name = "Host",
         type_ = "string",
-        json_path = ".spec.hostRef.name",
-        description = "LibvirtHost the VM runs on"
+        json_path = ".status.hostRef.name",
+        description = "LibvirtHost the VM runs on (chosen at admission)"
     ),
     printcolumn(
         name = "Ready",
@@ -52,10 +52,21 @@ use super::{
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
+#[x_kube(validation = Rule::new("has(self.hostRef) != has(self.hostSelector)").message("set exactly one of hostRef or hostSelector"))]
+#[x_kube(validation = Rule::new("has(self.network) != has(self.networks)").message("set exactly one of network or networks"))]
+#[x_kube(validation = Rule::new("!has(self.networks) || self.networks.all(n, self.networks.exists_one(m, m.interfaceName == n.interfaceName))").message("networks[].interfaceName must be unique"))]
+#[x_kube(validation = Rule::new("!has(self.additionalDisks) || self.additionalDisks.all(d, self.additionalDisks.exists_one(e, e.name == d.name))").message("additionalDisks[].name must be unique"))]
 #[serde(rename_all = "camelCase")]
 pub struct LibvirtMachineSpec {
-    /// The LibvirtHost (same namespace) that runs this VM.
-    pub host_ref: LocalObjectReference,
+    /// The LibvirtHost (same namespace) that runs this VM. Set this or `hostSelector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ref: Option<LocalObjectReference>,
+    /// A pool of LibvirtHosts (same namespace) by label: the VM goes to one that matches (and is
+    /// in the Machine's failure domain, if it names one), the least allocated first. The choice
+    /// is made at admission, recorded in `status.hostRef`, and kept for the machine's life. Set
+    /// this or `hostRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_selector: Option<LabelSelector>,
     /// Set by the controller to `libvirt:///<domain-uuid>`; CAPI copies it to the Machine and
     /// matches the Node by it.
     #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
@@ -68,14 +79,33 @@ pub struct LibvirtMachineSpec {
     pub domain: DomainSpec,
     /// The root disk, cloned from a base image.
     pub root_disk: RootDiskSpec,
-    /// The VM's network interface and its static addressing.
-    pub network: NetworkSpec,
+    /// The VM's one network interface. Set this or `networks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkSpec>,
+    /// The VM's network interfaces, in guest PCI order (the first is `enp1s0` unless
+    /// `interfaceName` says otherwise). Set this or `network`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 8))]
+    pub networks: Vec<NetworkSpec>,
+    /// Empty data disks created with the machine as `<node>-<name>.qcow2` and deleted with it,
+    /// attached after the root disk in this order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub additional_disks: Vec<AdditionalDiskSpec>,
     /// Labels applied to the Node once it joins; editable at any time.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_labels: BTreeMap<String, String>,
     /// Annotations applied to the Node once it joins; editable at any time.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_annotations: BTreeMap<String, String>,
+}
+
+impl LibvirtMachineSpec {
+    /// The interfaces, in guest order: `network`, or every entry of `networks`.
+    #[must_use]
+    pub fn interfaces(&self) -> Vec<&NetworkSpec> {
+        self.network.iter().chain(&self.networks).collect()
+    }
 }
 
 /// Bootstrap data formats a VM can consume.
@@ -196,14 +226,38 @@ pub enum DiskBus {
     Scsi,
 }
 
-/// The VM's network interface.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+/// An empty data disk.
+#[derive(KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[x_kube(validation = Rule::new("self.name != 'root'").message("'root' is the root disk's volume name"))]
+#[serde(rename_all = "camelCase")]
+pub struct AdditionalDiskSpec {
+    /// Short name; the volume is `<node>-<name>.qcow2`.
+    #[schemars(regex(pattern = r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$"), length(min = 1, max = 32))]
+    pub name: String,
+    /// Virtual size, e.g. `50Gi` (thin: qcow2 allocates as the guest writes).
+    pub size: Quantity,
+    /// Storage pool the volume is created in; defaults to `rootDisk.storagePool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.:-]+$"), length(min = 1, max = 255))]
+    pub storage_pool: Option<String>,
+    /// Disk bus.
+    #[serde(default)]
+    pub bus: DiskBus,
+}
+
+/// One network interface of the VM.
+#[derive(KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("self.dhcp || (has(self.addresses) && size(self.addresses) > 0)").message("give static addresses or set dhcp: true"))]
+#[x_kube(validation = Rule::new("(self.type == 'direct') == has(self.mode)").message("mode is required for type direct and allowed only there"))]
+#[x_kube(validation = Rule::new("!self.dhcp || !has(self.addresses) || (self.type == 'network' && size(self.addresses) == 1)").message("with dhcp, addresses may hold one IPv4 address to reserve, on type network only"))]
+#[x_kube(validation = Rule::new("!self.dhcp || (!has(self.gateway) && !has(self.ipv6Gateway))").message("with dhcp the gateway comes from the DHCP server"))]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkSpec {
-    /// Whether `name` is a libvirt network or a host bridge.
+    /// `network`: a libvirt network; `bridge`: an existing host bridge; `direct`: macvtap on a
+    /// host NIC (needs `mode`).
     #[serde(rename = "type")]
     pub type_: NetworkType,
-    /// libvirt network name or host bridge name.
+    /// libvirt network name, host bridge name, or (for `direct`) host NIC name.
     #[schemars(regex(pattern = r"^[A-Za-z0-9_.:-]+$"), length(min = 1, max = 255))]
     pub name: String,
     /// NIC model.
@@ -212,11 +266,23 @@ pub struct NetworkSpec {
     pub model: String,
     /// Guest interface name the static configuration is written for.
     #[serde(default = "default_interface_name")]
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,15}$"))]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,15}$"), length(min = 1, max = 15))]
     pub interface_name: String,
-    /// Static addresses with prefix length, IPv4 or IPv6, e.g. `192.168.122.100/24`.
-    #[schemars(length(min = 1, max = 16))]
+    /// macvtap mode for `type: direct`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<DirectMode>,
+    /// Static addresses with prefix length, IPv4 or IPv6, e.g. `192.168.122.100/24`. With
+    /// `dhcp: true` on a `network` interface, one IPv4 address here is reserved for this VM's
+    /// MAC in the libvirt network's DHCP server; leave it out to take any address of the
+    /// network's DHCP range.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     pub addresses: Vec<String>,
+    /// Configure the guest interface by DHCP (NetworkManager `method=auto`) instead of static
+    /// addresses; `status.addresses` then comes from the network's DHCP leases or the guest
+    /// agent.
+    #[serde(default)]
+    pub dhcp: bool,
     /// IPv4 default gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<String>,
@@ -248,6 +314,22 @@ pub enum NetworkType {
     Network,
     /// An existing host bridge.
     Bridge,
+    /// macvtap directly on a host NIC.
+    Direct,
+}
+
+/// macvtap modes of a `direct` interface.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DirectMode {
+    /// Traffic goes out to the external switch, even between guests (needs a VEPA switch).
+    Vepa,
+    /// Guests on the same NIC talk directly; the host itself is not reachable.
+    Bridge,
+    /// Like `vepa`, but guests on the NIC never reach each other.
+    Private,
+    /// The NIC is given to this one guest.
+    Passthrough,
 }
 
 /// DNS settings for the guest.
@@ -266,6 +348,10 @@ pub struct DnsSpec {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct LibvirtMachineStatus {
+    /// The LibvirtHost the machine was admitted to: `spec.hostRef`, or the one `hostSelector`
+    /// chose. It never changes afterwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ref: Option<LocalObjectReference>,
     /// Cluster API v1beta1 contract: true once the VM is provisioned.
     #[serde(default)]
     pub ready: bool,
@@ -303,6 +389,19 @@ pub struct LibvirtMachineStatus {
     pub observed_generation: Option<i64>,
 }
 
+impl LibvirtMachine {
+    /// The LibvirtHost this machine runs on, or is bound to: the one admission recorded, else
+    /// the one the spec names; `None` while a `hostSelector` has not chosen.
+    #[must_use]
+    pub fn host_name(&self) -> Option<&str> {
+        self.status
+            .as_ref()
+            .and_then(|s| s.host_ref.as_ref())
+            .or(self.spec.host_ref.as_ref())
+            .map(|r| r.name.as_str())
+    }
+}
+
 /// Resources committed to one machine on its host.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -334,49 +433,33 @@ pub struct ManagedArtifacts {
     /// Per-VM UEFI NVRAM file (removed with the domain definition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvram_path: Option<String>,
+    /// The `additionalDisks` volumes, as `pool/volume`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional_volumes: Vec<String>,
+    /// DHCP host reservations made in libvirt networks for this machine's interfaces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dhcp_reservations: Vec<DhcpReservation>,
 }
 
-/// A template CAPI MachineSets and MachineDeployments clone LibvirtMachines from.
-#[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[kube(
-    group = "infrastructure.cluster.x-k8s.io",
-    version = "v1alpha1",
-    kind = "LibvirtMachineTemplate",
-    namespaced,
-    shortname = "lvmt",
-    category = "cluster-api",
-    category = "caplv",
-    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
-    doc = "A template for LibvirtMachines, as the Cluster API InfraMachineTemplate contract requires.",
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
-)]
-#[serde(rename_all = "camelCase")]
-pub struct LibvirtMachineTemplateSpec {
-    /// The LibvirtMachine every clone starts from.
-    pub template: LibvirtMachineTemplateResource,
-}
-
-/// The object a LibvirtMachineTemplate stamps out.
-#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq)]
-pub struct LibvirtMachineTemplateResource {
-    /// Labels and annotations for the clones.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<TemplateMetadata>,
-    /// Spec of every clone.
-    pub spec: LibvirtMachineSpec,
-}
-
-/// Labels and annotations for objects stamped from a template.
+/// A DHCP host entry (`<host mac ip name/>`) in a libvirt network.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-pub struct TemplateMetadata {
-    /// Labels.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    /// Annotations.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
+#[serde(rename_all = "camelCase")]
+pub struct DhcpReservation {
+    /// libvirt network name.
+    pub network: String,
+    /// The interface's MAC address, lower-case.
+    pub mac: String,
+    /// The reserved IPv4 address.
+    pub ip: String,
+    /// Host name handed out with the lease (the node name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
 }
+
+pub use super::libvirt_machine_template::{
+    LibvirtMachineTemplate, LibvirtMachineTemplateResource, LibvirtMachineTemplateSpec, LibvirtMachineTemplateStatus,
+    TemplateMetadata, TemplateNodeInfo,
+};
 
 crate::condition_names! {
     /// Condition types of a LibvirtMachine.

@@ -14,6 +14,7 @@ pub mod ignition_config;
 pub mod libvirt_cluster;
 pub mod libvirt_host;
 pub mod libvirt_machine;
+pub mod libvirt_machine_template;
 pub mod node_taint;
 pub mod scheduled_capacity;
 pub mod scheduled_machine;
@@ -33,7 +34,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use ignition_config::{IgnitionConfig, IgnitionConfigTemplate};
-pub use libvirt_cluster::LibvirtCluster;
+pub use libvirt_cluster::{LibvirtCluster, LibvirtClusterTemplate};
 pub use libvirt_host::LibvirtHost;
 pub use libvirt_machine::{LibvirtMachine, LibvirtMachineTemplate};
 pub use scheduled_capacity::ScheduledCapacity;
@@ -58,6 +59,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         LibvirtHost::crd(),
         LibvirtMachine::crd(),
         LibvirtMachineTemplate::crd(),
+        LibvirtClusterTemplate::crd(),
         SelfManagedControlPlane::crd(),
         IgnitionConfig::crd(),
         IgnitionConfigTemplate::crd(),
@@ -97,8 +99,8 @@ mod tests {
         assert_eq!(sm.spec.infrastructure_spec.kind, "LibvirtMachine");
         let machine: libvirt_machine::LibvirtMachineSpec =
             serde_json::from_value(sm.spec.infrastructure_spec.spec).unwrap();
-        assert_eq!(machine.network.addresses, ["192.168.122.100/24"]);
-        assert_eq!(machine.network.interface_name, "enp1s0");
+        assert_eq!(machine.interfaces()[0].addresses, ["192.168.122.100/24"]);
+        assert_eq!(machine.interfaces()[0].interface_name, "enp1s0");
         assert_eq!(machine.domain.memory_mb, 8192);
     }
 }
@@ -147,7 +149,8 @@ mod readme_tests {
             (
                 "LibvirtHost",
                 set!(libvirt_host::HostCondition),
-                &set!(libvirt_host::HostReason) | &set!(libvirt_host::PressureReason),
+                &(&set!(libvirt_host::HostReason) | &set!(libvirt_host::PressureReason))
+                    | &set!(libvirt_host::MaintenanceReason),
             ),
             (
                 "LibvirtMachine",

@@ -57,7 +57,7 @@ pub fn render(args: &IgnitionRenderArgs) -> anyhow::Result<Outcome> {
             }
         },
     };
-    let facts = MachineFacts::from_spec(node.clone(), provider_id.clone(), &machine.spec.network);
+    let facts = MachineFacts::from_spec(node.clone(), provider_id.clone(), &machine.spec.interfaces());
     let rendered = ignition::render(&bootstrap, &facts).context("cannot render the Ignition")?;
     notes.push(format!(
         "rendered Ignition {} for node {node} ({provider_id}): {} bytes",

@@ -98,6 +98,30 @@ pub const CAPLV: &[Rule] = &[
         "their status (server-side apply)",
     ),
     rule(
+        &["infrastructure.cluster.x-k8s.io"],
+        &["libvirtmachinetemplates"],
+        READ,
+        "LibvirtMachineTemplates, whose clones' capacity goes into their status",
+    ),
+    rule(
+        &["infrastructure.cluster.x-k8s.io"],
+        &["libvirtmachinetemplates/status"],
+        &["patch"],
+        "status.capacity and nodeInfo for scale-from-zero (server-side apply)",
+    ),
+    rule(
+        &["cluster.x-k8s.io"],
+        &["machines"],
+        &["delete"],
+        "host maintenance: delete the Machines of a host's VMs, one at a time, so Cluster API drains and replaces them",
+    ),
+    rule(
+        &["infrastructure.cluster.x-k8s.io"],
+        &["libvirtmachines"],
+        &["delete"],
+        "host maintenance: delete a LibvirtMachine that has no owner Machine",
+    ),
+    rule(
         &["controlplane.cluster.x-k8s.io"],
         &["selfmanagedcontrolplanes"],
         &["get", "list", "watch", "create", "patch"],

@@ -9,7 +9,10 @@ use kube::runtime::{controller::Controller, watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{csr_approver, libvirt_cluster, libvirt_host, libvirt_machine, node_link, self_managed_control_plane};
+use super::{
+    csr_approver, libvirt_cluster, libvirt_host, libvirt_machine, libvirt_machine_template, node_link,
+    self_managed_control_plane,
+};
 use crate::reconcile::{Context, placement::Placement};
 use crate::{api::libvirt_machine::LibvirtMachine, app::health::Readiness};
 
@@ -18,6 +21,7 @@ pub const CONTROLLERS: &[&str] = &[
     libvirt_cluster::NAME,
     libvirt_host::NAME,
     libvirt_machine::NAME,
+    libvirt_machine_template::NAME,
     self_managed_control_plane::NAME,
     csr_approver::NAME,
     node_link::NAME,
@@ -47,6 +51,11 @@ pub fn spawn(ctx: &Arc<Context>, readiness: &Readiness, shutdown: &CancellationT
             ctx.clone(),
             machines,
             machine_deps,
+            readiness.clone(),
+            shutdown.clone(),
+        )),
+        tokio::spawn(libvirt_machine_template::run(
+            ctx.clone(),
             readiness.clone(),
             shutdown.clone(),
         )),

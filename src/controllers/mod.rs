@@ -15,6 +15,8 @@ pub mod libvirt_host;
 #[cfg(feature = "caplv")]
 pub mod libvirt_machine;
 #[cfg(feature = "caplv")]
+pub mod libvirt_machine_template;
+#[cfg(feature = "caplv")]
 pub mod node_link;
 #[cfg(feature = "fivespot")]
 pub mod scheduled_capacity;

@@ -18,7 +18,12 @@
 //! - a nameserver is an IP of a family the VM has an address in (NetworkManager only uses IPv4
 //!   servers on an IPv4-configured profile, and IPv6 servers on an IPv6 one);
 //! - search domains are DNS names (labels of `[A-Za-z0-9_-]`, at most 253 characters);
-//! - the MAC is six `:`-separated hex octets.
+//! - the MAC is six `:`-separated hex octets;
+//! - a DHCP interface (`dhcp`) needs no address, may list one IPv4 address (the reservation,
+//!   not written into the guest) and has no gateway; its name servers may be of either family.
+//!
+//! Fields are named `network.…` for a machine with one interface and `networks[i].…` when it
+//! has several.
 
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -32,8 +37,10 @@ pub struct MachineFacts {
     pub node_name: String,
     /// Cluster API provider ID, e.g. `libvirt:///<domain-uuid>`.
     pub provider_id: String,
-    /// Static network configuration of the VM's NIC.
+    /// Network configuration of the VM's first NIC.
     pub network: NetworkFacts,
+    /// The further NICs, in guest order (each gets its own keyfile).
+    pub additional_networks: Vec<NetworkFacts>,
 }
 
 /// The static network configuration of one NIC.
@@ -53,45 +60,110 @@ pub struct NetworkFacts {
     pub search_domains: Vec<String>,
     /// MAC address the profile is bound to, if any.
     pub mac_address: Option<String>,
+    /// Configure the interface by DHCP instead of the static addresses.
+    pub dhcp: bool,
+}
+
+impl NetworkFacts {
+    /// Facts from one interface of a `LibvirtMachine` spec.
+    #[must_use]
+    pub fn from_spec(network: &NetworkSpec) -> Self {
+        let dns = network.dns.clone().unwrap_or_default();
+        Self {
+            interface_name: network.interface_name.clone(),
+            addresses: network.addresses.clone(),
+            gateway: network.gateway.clone(),
+            ipv6_gateway: network.ipv6_gateway.clone(),
+            nameservers: dns.nameservers,
+            search_domains: dns.search_domains,
+            mac_address: network.mac_address.clone(),
+            dhcp: network.dhcp,
+        }
+    }
 }
 
 impl MachineFacts {
-    /// Facts from a `LibvirtMachine`'s network spec plus the controller-derived node name and
-    /// provider ID.
+    /// Facts from a `LibvirtMachine`'s interfaces (at least one; see
+    /// [`LibvirtMachineSpec::interfaces`](crate::api::libvirt_machine::LibvirtMachineSpec::interfaces))
+    /// plus the controller-derived node name and provider ID.
     #[must_use]
-    pub fn from_spec(node_name: impl Into<String>, provider_id: impl Into<String>, network: &NetworkSpec) -> Self {
-        let dns = network.dns.clone().unwrap_or_default();
+    pub fn from_spec(node_name: impl Into<String>, provider_id: impl Into<String>, networks: &[&NetworkSpec]) -> Self {
+        let mut all = networks.iter().map(|n| NetworkFacts::from_spec(n));
+        let network = all.next().unwrap_or_else(|| NetworkFacts {
+            interface_name: "enp1s0".into(),
+            addresses: vec![],
+            gateway: None,
+            ipv6_gateway: None,
+            nameservers: vec![],
+            search_domains: vec![],
+            mac_address: None,
+            dhcp: false,
+        });
         Self {
             node_name: node_name.into(),
             provider_id: provider_id.into(),
-            network: NetworkFacts {
-                interface_name: network.interface_name.clone(),
-                addresses: network.addresses.clone(),
-                gateway: network.gateway.clone(),
-                ipv6_gateway: network.ipv6_gateway.clone(),
-                nameservers: dns.nameservers,
-                search_domains: dns.search_domains,
-                mac_address: network.mac_address.clone(),
-            },
+            network,
+            additional_networks: all.collect(),
         }
     }
 
-    /// Validates the facts (see the module docs).
-    pub fn check(&self) -> Result<CheckedFacts, Error> {
+    /// Validates every interface: one [`CheckedFacts`] per NIC, in guest order, each with the
+    /// machine's node name and provider ID.
+    pub fn check_all(&self) -> Result<Vec<CheckedFacts>, Error> {
         check_dns_label(&self.node_name)?;
         check_provider_id(&self.provider_id)?;
-        let n = &self.network;
-        check_interface(&n.interface_name)?;
+        let several = !self.additional_networks.is_empty();
+        let mut out = Vec::new();
+        for (i, n) in std::iter::once(&self.network)
+            .chain(&self.additional_networks)
+            .enumerate()
+        {
+            let prefix = if several {
+                format!("networks[{i}]")
+            } else {
+                "network".to_owned()
+            };
+            if out.iter().any(|c: &CheckedFacts| c.interface_name == n.interface_name) {
+                return Err(Error::facts(format!("{prefix}.interfaceName"), "is used twice"));
+            }
+            out.push(self.check_nic(n, &prefix)?);
+        }
+        Ok(out)
+    }
+
+    /// Validates the facts of the first NIC (see the module docs); [`Self::check_all`] checks
+    /// every NIC.
+    pub fn check(&self) -> Result<CheckedFacts, Error> {
+        Ok(self.check_all()?.swap_remove(0))
+    }
+
+    fn check_nic(&self, n: &NetworkFacts, prefix: &str) -> Result<CheckedFacts, Error> {
+        check_interface(&n.interface_name).map_err(|p| Error::facts(format!("{prefix}.interfaceName"), p))?;
         let mut v4 = Vec::new();
         let mut v6 = Vec::new();
-        if n.addresses.is_empty() {
-            return Err(Error::facts("network.addresses", "at least one address is required"));
+        if n.addresses.is_empty() && !n.dhcp {
+            return Err(Error::facts(
+                format!("{prefix}.addresses"),
+                "at least one address is required",
+            ));
+        }
+        if n.dhcp && (n.gateway.is_some() || n.ipv6_gateway.is_some()) {
+            return Err(Error::facts(
+                format!("{prefix}.gateway"),
+                "with dhcp the gateway comes from the DHCP server",
+            ));
         }
         for (i, raw) in n.addresses.iter().enumerate() {
-            let field = format!("network.addresses[{i}]");
+            let field = format!("{prefix}.addresses[{i}]");
             let (ip, prefix) = parse_cidr(raw).map_err(|p| Error::facts(&field, p))?;
             if v4.iter().chain(v6.iter()).any(|(seen, _): &(IpAddr, u8)| *seen == ip) {
                 return Err(Error::facts(field, format!("{ip} is listed twice")));
+            }
+            if n.dhcp && (i > 0 || !ip.is_ipv4()) {
+                return Err(Error::facts(
+                    field,
+                    "with dhcp, only one IPv4 address (the reservation)",
+                ));
             }
             if ip.is_ipv4() {
                 v4.push((ip, prefix))
@@ -102,22 +174,22 @@ impl MachineFacts {
         let gateway = n
             .gateway
             .as_deref()
-            .map(|g| check_gateway("network.gateway", g, false, &v4))
+            .map(|g| check_gateway(&format!("{prefix}.gateway"), g, false, &v4))
             .transpose()?;
         let ipv6_gateway = n
             .ipv6_gateway
             .as_deref()
-            .map(|g| check_gateway("network.ipv6Gateway", g, true, &v6))
+            .map(|g| check_gateway(&format!("{prefix}.ipv6Gateway"), g, true, &v6))
             .transpose()?;
         let mut nameservers = Vec::new();
         for (i, raw) in n.nameservers.iter().enumerate() {
-            let field = format!("network.dns.nameservers[{i}]");
+            let field = format!("{prefix}.dns.nameservers[{i}]");
             let ip: IpAddr = raw
                 .trim()
                 .parse()
                 .map_err(|_| Error::facts(&field, "not an IPv4 or IPv6 address"))?;
             let has_family = if ip.is_ipv4() { !v4.is_empty() } else { !v6.is_empty() };
-            if !has_family {
+            if !has_family && !n.dhcp {
                 let fam = if ip.is_ipv4() { "IPv4" } else { "IPv6" };
                 return Err(Error::facts(
                     field,
@@ -127,9 +199,9 @@ impl MachineFacts {
             nameservers.push(ip);
         }
         for (i, d) in n.search_domains.iter().enumerate() {
-            check_domain(d).map_err(|p| Error::facts(format!("network.dns.searchDomains[{i}]"), p))?;
+            check_domain(d).map_err(|p| Error::facts(format!("{prefix}.dns.searchDomains[{i}]"), p))?;
         }
-        let mac_address = n.mac_address.as_deref().map(check_mac).transpose()?;
+        let mac_address = n.mac_address.as_deref().map(|m| check_mac(m, prefix)).transpose()?;
         Ok(CheckedFacts {
             node_name: self.node_name.clone(),
             provider_id: self.provider_id.clone(),
@@ -141,6 +213,7 @@ impl MachineFacts {
             nameservers,
             search_domains: n.search_domains.clone(),
             mac_address,
+            dhcp: n.dhcp,
         })
     }
 }
@@ -168,6 +241,8 @@ pub struct CheckedFacts {
     pub search_domains: Vec<String>,
     /// MAC address, upper-case.
     pub mac_address: Option<String>,
+    /// DHCP instead of the static addresses (`ipv4` holds at most the reservation).
+    pub dhcp: bool,
 }
 
 fn check_dns_label(name: &str) -> Result<(), Error> {
@@ -195,13 +270,10 @@ fn check_provider_id(id: &str) -> Result<(), Error> {
     Ok(())
 }
 
-fn check_interface(name: &str) -> Result<(), Error> {
+fn check_interface(name: &str) -> Result<(), &'static str> {
     let ok_chars = name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
     if name.is_empty() || name.len() > 15 || !ok_chars || name == "." || name == ".." {
-        return Err(Error::facts(
-            "network.interfaceName",
-            "must be 1-15 characters of [A-Za-z0-9_.-]",
-        ));
+        return Err("must be 1-15 characters of [A-Za-z0-9_.-]");
     }
     Ok(())
 }
@@ -288,7 +360,7 @@ fn check_domain(d: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_mac(raw: &str) -> Result<String, Error> {
+fn check_mac(raw: &str, prefix: &str) -> Result<String, Error> {
     let parts: Vec<&str> = raw.split(':').collect();
     let ok = parts.len() == 6
         && parts
@@ -296,7 +368,7 @@ fn check_mac(raw: &str) -> Result<String, Error> {
             .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()));
     if !ok {
         return Err(Error::facts(
-            "network.macAddress",
+            format!("{prefix}.macAddress"),
             "must be six ':'-separated hex octets",
         ));
     }
@@ -320,7 +392,9 @@ mod tests {
                 nameservers: vec![],
                 search_domains: vec![],
                 mac_address: None,
+                dhcp: false,
             },
+            additional_networks: vec![],
         }
     }
 
@@ -346,8 +420,10 @@ mod tests {
                 search_domains: vec!["lab".into()],
             }),
             mac_address: Some("52:54:00:aa:bb:cc".into()),
+            mode: None,
+            dhcp: false,
         };
-        let f = MachineFacts::from_spec("n1", "libvirt:///x", &spec);
+        let f = MachineFacts::from_spec("n1", "libvirt:///x", &[&spec]);
         assert_eq!(f.network.interface_name, "ens3");
         assert_eq!(f.network.nameservers, vec!["10.0.0.53"]);
         assert_eq!(f.network.search_domains, vec!["lab"]);

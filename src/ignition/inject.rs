@@ -4,10 +4,10 @@
 //! - [`HOSTNAME_PATH`] (mode 0644): the node name and a newline;
 //! - [`PROVIDER_ID_DROPIN_PATH`] (mode 0644): `[Service]` / `Environment="KUBELET_PROVIDERID=<id>"`,
 //!   which OpenShift's kubelet unit passes as `--provider-id`;
-//! - the NetworkManager keyfile [`keyfile_path`] (mode 0600, NetworkManager ignores profiles others
-//!   can read), see [`keyfile`](super::keyfile).
+//! - one NetworkManager keyfile [`keyfile_path`] per interface (mode 0600, NetworkManager ignores
+//!   profiles others can read), see [`keyfile`](super::keyfile).
 //!
-//! All three have `overwrite: true` and data-URL contents (see [`dataurl`](super::dataurl)).
+//! All of them have `overwrite: true` and data-URL contents (see [`dataurl`](super::dataurl)).
 //!
 //! Why a copy and not a wrapper: Ignition merges `ignition.config.merge` children over the parent
 //! and the child wins conflicts, so per-VM files in a wrapper would lose to a bootstrap config that
@@ -59,10 +59,14 @@ pub struct InjectedFile {
     pub contents: String,
 }
 
-/// The files written for validated facts, in the order they are appended.
+/// The files written for validated facts (one entry per NIC, the first carrying the node name
+/// and provider ID), in the order they are appended.
 #[must_use]
-pub fn injected_files(f: &CheckedFacts) -> Vec<InjectedFile> {
-    vec![
+pub fn injected_files(nics: &[CheckedFacts]) -> Vec<InjectedFile> {
+    let Some(f) = nics.first() else {
+        return Vec::new();
+    };
+    let mut files = vec![
         InjectedFile {
             path: HOSTNAME_PATH.into(),
             mode: 0o644,
@@ -73,19 +77,20 @@ pub fn injected_files(f: &CheckedFacts) -> Vec<InjectedFile> {
             mode: 0o644,
             contents: format!("[Service]\nEnvironment=\"KUBELET_PROVIDERID={}\"\n", f.provider_id),
         },
-        InjectedFile {
-            path: keyfile_path(&f.interface_name),
-            mode: 0o600,
-            contents: keyfile::render(f),
-        },
-    ]
+    ];
+    files.extend(nics.iter().map(|n| InjectedFile {
+        path: keyfile_path(&n.interface_name),
+        mode: 0o600,
+        contents: keyfile::render(n),
+    }));
+    files
 }
 
 /// Renders one VM's Ignition from the bootstrap config (any spec 3.0.0–3.6.0) and its facts.
 pub fn render(bootstrap: &[u8], facts: &MachineFacts) -> Result<Rendered, Error> {
     check_size(bootstrap)?;
     let (validated, mut value) = validate_unbounded(bootstrap)?;
-    let checked = facts.check()?;
+    let checked = facts.check_all()?;
     let version = validated.version;
     let invalid = |path: &str, problem: &str| Error::InvalidIgnition {
         version: version.clone(),

@@ -8,6 +8,10 @@
 //! `may-fail=false` makes NetworkManager wait for each configured family before declaring the
 //! device up, so `nodeip-configuration` sees the static address.
 //!
+//! A DHCP interface gets `method=auto` in both families instead (IPv4 with `may-fail=false`,
+//! IPv6 left optional), with any configured name servers and search domains; a reserved
+//! address is the DHCP server's business and is not written.
+//!
 //! Values are not escaped: [`MachineFacts::check`](super::MachineFacts::check) only admits
 //! characters that need none.
 //!
@@ -39,6 +43,10 @@ pub fn render(f: &CheckedFacts) -> String {
     if let Some(mac) = &f.mac_address {
         let _ = write!(out, "\n[ethernet]\nmac-address={mac}\n");
     }
+    if f.dhcp {
+        dhcp(&mut out, f);
+        return out;
+    }
     let search_on_v4 = !f.ipv4.is_empty();
     family(
         &mut out,
@@ -57,6 +65,28 @@ pub fn render(f: &CheckedFacts) -> String {
         (!search_on_v4).then_some(&f.search_domains[..]),
     );
     out
+}
+
+fn dhcp(out: &mut String, f: &CheckedFacts) {
+    for (name, v6) in [("ipv4", false), ("ipv6", true)] {
+        let _ = write!(out, "\n[{name}]\nmethod=auto\n");
+        let servers: String = f
+            .nameservers
+            .iter()
+            .filter(|ip| ip.is_ipv6() == v6)
+            .map(|ip| format!("{ip};"))
+            .collect();
+        if !servers.is_empty() {
+            let _ = writeln!(out, "dns={servers}");
+        }
+        if !v6 && !f.search_domains.is_empty() {
+            let search: String = f.search_domains.iter().map(|d| format!("{d};")).collect();
+            let _ = writeln!(out, "dns-search={search}");
+        }
+        if !v6 {
+            out.push_str("may-fail=false\n");
+        }
+    }
 }
 
 fn family(
@@ -215,7 +245,9 @@ mod tests {
                 nameservers: ns.iter().map(|s| (*s).to_owned()).collect(),
                 search_domains: search.iter().map(|s| (*s).to_owned()).collect(),
                 mac_address: None,
+                dhcp: false,
             },
+            additional_networks: vec![],
         }
         .check()
         .unwrap()
@@ -256,6 +288,23 @@ mod tests {
         assert_eq!(kf.get("ipv6", "dns-search"), Some("a.example;b.example;"));
         assert_eq!(kf.get("ipv6", "may-fail"), Some("false"));
         assert_eq!(kf.get("ethernet", "mac-address"), None);
+    }
+
+    #[test]
+    fn dhcp_profile_is_auto_and_never_writes_the_reserved_address() {
+        let mut f = checked(&["10.0.0.5/24"], None, None, &["10.0.0.53"], &["lab.example"]);
+        f.dhcp = true;
+        f.mac_address = Some("52:54:00:AA:BB:CC".into());
+        let text = render(&f);
+        let kf = parse(&text).unwrap();
+        assert_eq!(kf.get("ipv4", "method"), Some("auto"));
+        assert_eq!(kf.get("ipv4", "dns"), Some("10.0.0.53;"));
+        assert_eq!(kf.get("ipv4", "dns-search"), Some("lab.example;"));
+        assert_eq!(kf.get("ipv4", "may-fail"), Some("false"));
+        assert_eq!(kf.get("ipv6", "method"), Some("auto"));
+        assert_eq!(kf.get("ipv6", "may-fail"), None);
+        assert_eq!(kf.get("ethernet", "mac-address"), Some("52:54:00:AA:BB:CC"));
+        assert!(!text.contains("10.0.0.5/"), "{text}");
     }
 
     #[test]

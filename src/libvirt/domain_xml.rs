@@ -3,8 +3,9 @@
 //! The document follows the recipe tested on libvirt 9.0 + QEMU 10 (see the project research):
 //! q35, ACPI/APIC, UEFI (explicit OVMF loader plus a per-VM NVRAM copied from a template, or
 //! libvirt's firmware auto-selection with `<os firmware='efi'>`) or BIOS, the root disk as a
-//! `<disk type='volume'>` (libvirt resolves pool/volume to the path itself), one `network` or
-//! `bridge` NIC, the serial console to a log file, and the Ignition config through QEMU fw_cfg:
+//! `<disk type='volume'>` (libvirt resolves pool/volume to the path itself) followed by the data
+//! disks (`vdb`, `vdc`, … per bus family), one `network`, `bridge` or `direct` (macvtap) NIC per
+//! interface in order, the serial console to a log file, and the Ignition config through QEMU fw_cfg:
 //! `<sysinfo type='fwcfg'><entry name='opt/com.coreos/config' file='…'/></sysinfo>`. Unlike
 //! `type='smbios'`, fw_cfg sysinfo needs no `<smbios mode='sysinfo'/>` element (checked against
 //! libvirt's `domaincommon.rng`); libvirt relabels the file for QEMU while the domain runs.
@@ -20,7 +21,7 @@
 use uuid::Uuid;
 
 use super::xml::{XmlInputError, escape_attr, escape_text, validate_name, validate_path};
-use crate::api::libvirt_machine::{DiskBus, DomainType, NetworkType};
+use crate::api::libvirt_machine::{DirectMode, DiskBus, DomainType, NetworkType};
 
 /// Everything that goes into a domain definition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,8 +42,10 @@ pub struct DomainPlan {
     pub firmware: FirmwarePlan,
     /// The root disk.
     pub root_disk: DiskPlan,
-    /// The NIC.
-    pub interface: InterfacePlan,
+    /// Data disks, attached after the root disk in this order.
+    pub additional_disks: Vec<DiskPlan>,
+    /// The NICs, in guest order (at least one).
+    pub interfaces: Vec<InterfacePlan>,
     /// Where the serial console goes.
     pub console: ConsolePlan,
     /// Host path of the Ignition file handed to the guest through fw_cfg, if any.
@@ -87,13 +90,15 @@ pub struct DiskPlan {
     pub bus: DiskBus,
 }
 
-/// The NIC.
+/// One NIC.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InterfacePlan {
-    /// libvirt network or host bridge.
+    /// libvirt network, host bridge or macvtap.
     pub kind: NetworkType,
-    /// Network or bridge name.
+    /// Network, bridge or host NIC name.
     pub source: String,
+    /// macvtap mode (`direct` only).
+    pub mode: Option<DirectMode>,
     /// NIC model, e.g. `virtio`.
     pub model: String,
     /// MAC address `xx:xx:xx:xx:xx:xx`.
@@ -139,6 +144,33 @@ pub fn target_dev(bus: DiskBus) -> &'static str {
     }
 }
 
+/// Guest device names for the root disk followed by `extra`: `vd*` for virtio, `sd*` shared by
+/// SATA and SCSI, each counted from `a` in attach order.
+fn target_devs(root: DiskBus, extra: &[DiskPlan]) -> Vec<String> {
+    let (mut vd, mut sd) = (0u8, 0u8);
+    std::iter::once(root)
+        .chain(extra.iter().map(|d| d.bus))
+        .map(|bus| {
+            let (prefix, n) = match bus {
+                DiskBus::Virtio => ("vd", &mut vd),
+                DiskBus::Sata | DiskBus::Scsi => ("sd", &mut sd),
+            };
+            let dev = format!("{prefix}{}", char::from(b'a' + *n));
+            *n += 1;
+            dev
+        })
+        .collect()
+}
+
+fn mode_name(mode: DirectMode) -> &'static str {
+    match mode {
+        DirectMode::Vepa => "vepa",
+        DirectMode::Bridge => "bridge",
+        DirectMode::Private => "private",
+        DirectMode::Passthrough => "passthrough",
+    }
+}
+
 fn bus_name(bus: DiskBus) -> &'static str {
     match bus {
         DiskBus::Virtio => "virtio",
@@ -166,6 +198,23 @@ fn validate_mac(mac: &str) -> Result<(), XmlInputError> {
             reason: format!("{mac:?} is not a unicast xx:xx:xx:xx:xx:xx address"),
         })
     }
+}
+
+fn validate_interface(nic: &InterfacePlan) -> Result<(), XmlInputError> {
+    let field = match nic.kind {
+        NetworkType::Network => "network name",
+        NetworkType::Bridge => "bridge name",
+        NetworkType::Direct => "host interface name",
+    };
+    validate_name(field, &nic.source)?;
+    if (nic.kind == NetworkType::Direct) != nic.mode.is_some() {
+        return Err(XmlInputError::InvalidValue {
+            field: "direct mode",
+            reason: "a mode is required for direct interfaces and only there".to_owned(),
+        });
+    }
+    validate_token("NIC model", &nic.model)?;
+    validate_mac(&nic.mac)
 }
 
 fn validate_token(field: &'static str, value: &str) -> Result<(), XmlInputError> {
@@ -218,17 +267,28 @@ impl DomainPlan {
             }
             FirmwarePlan::UefiAuto { .. } | FirmwarePlan::Bios => {}
         }
-        validate_name("storage pool", &self.root_disk.pool)?;
-        validate_name("volume", &self.root_disk.volume)?;
-        validate_name(
-            match self.interface.kind {
-                NetworkType::Network => "network name",
-                NetworkType::Bridge => "bridge name",
-            },
-            &self.interface.source,
-        )?;
-        validate_token("NIC model", &self.interface.model)?;
-        validate_mac(&self.interface.mac)?;
+        for disk in std::iter::once(&self.root_disk).chain(&self.additional_disks) {
+            validate_name("storage pool", &disk.pool)?;
+            validate_name("volume", &disk.volume)?;
+        }
+        if self.additional_disks.len() > 20 || self.interfaces.is_empty() || self.interfaces.len() > 16 {
+            return Err(XmlInputError::InvalidValue {
+                field: "devices",
+                reason: "1-16 interfaces and at most 20 data disks".to_owned(),
+            });
+        }
+        for (i, nic) in self.interfaces.iter().enumerate() {
+            validate_interface(nic)?;
+            if self.interfaces[..i]
+                .iter()
+                .any(|o| o.mac.eq_ignore_ascii_case(&nic.mac))
+            {
+                return Err(XmlInputError::InvalidValue {
+                    field: "MAC address",
+                    reason: format!("{:?} is used by two interfaces", nic.mac),
+                });
+            }
+        }
         match &self.console {
             ConsolePlan::LogFile(p) | ConsolePlan::PtyWithLog(p) => validate_path("console log path", p)?,
         }
@@ -282,8 +342,10 @@ impl DomainPlan {
         x.push_str("  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n");
         x.push_str("  <on_crash>destroy</on_crash>\n");
         x.push_str("  <devices>\n");
-        self.push_disk(&mut x);
-        self.push_interface(&mut x);
+        self.push_disks(&mut x);
+        for nic in &self.interfaces {
+            push_interface(&mut x, nic);
+        }
         self.push_console(&mut x);
         x.push_str("    <rng model='virtio'>\n      <backend model='random'>/dev/urandom</backend>\n    </rng>\n");
         x.push_str("  </devices>\n</domain>\n");
@@ -346,35 +408,22 @@ impl DomainPlan {
         x.push_str("    <boot dev='hd'/>\n  </os>\n");
     }
 
-    fn push_disk(&self, x: &mut String) {
-        let d = &self.root_disk;
-        if d.bus == DiskBus::Scsi {
+    fn push_disks(&self, x: &mut String) {
+        let disks: Vec<&DiskPlan> = std::iter::once(&self.root_disk).chain(&self.additional_disks).collect();
+        if disks.iter().any(|d| d.bus == DiskBus::Scsi) {
             x.push_str("    <controller type='scsi' index='0' model='virtio-scsi'/>\n");
         }
-        x.push_str(&format!(
-            "    <disk type='volume' device='disk'>\n      <driver name='qemu' type='{}' discard='unmap'/>\n      \
-             <source pool='{}' volume='{}'/>\n      <target dev='{}' bus='{}'/>\n    </disk>\n",
-            d.format.as_str(),
-            escape_attr(&d.pool),
-            escape_attr(&d.volume),
-            target_dev(d.bus),
-            bus_name(d.bus),
-        ));
-    }
-
-    fn push_interface(&self, x: &mut String) {
-        let i = &self.interface;
-        let (kind, attr) = match i.kind {
-            NetworkType::Network => ("network", "network"),
-            NetworkType::Bridge => ("bridge", "bridge"),
-        };
-        x.push_str(&format!(
-            "    <interface type='{kind}'>\n      <mac address='{}'/>\n      <source {attr}='{}'/>\n      \
-             <model type='{}'/>\n    </interface>\n",
-            escape_attr(&i.mac.to_ascii_lowercase()),
-            escape_attr(&i.source),
-            escape_attr(&i.model),
-        ));
+        let devs = target_devs(self.root_disk.bus, &self.additional_disks);
+        for (d, dev) in disks.into_iter().zip(devs) {
+            x.push_str(&format!(
+                "    <disk type='volume' device='disk'>\n      <driver name='qemu' type='{}' discard='unmap'/>\n      \
+                 <source pool='{}' volume='{}'/>\n      <target dev='{dev}' bus='{}'/>\n    </disk>\n",
+                d.format.as_str(),
+                escape_attr(&d.pool),
+                escape_attr(&d.volume),
+                bus_name(d.bus),
+            ));
+        }
     }
 
     fn push_console(&self, x: &mut String) {
@@ -401,196 +450,26 @@ impl DomainPlan {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::libvirt::volume_xml::VolumeFormat;
-
-    pub(crate) fn plan() -> DomainPlan {
-        DomainPlan {
-            name: "worker-1".into(),
-            uuid: Uuid::parse_str("3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b").unwrap(),
-            vcpus: 2,
-            memory_mib: 2048,
-            domain_type: DomainType::Qemu,
-            machine: "q35".into(),
-            firmware: FirmwarePlan::UefiAuto { secure_boot: false },
-            root_disk: DiskPlan {
-                pool: "pool1".into(),
-                volume: "worker-1-root.qcow2".into(),
-                format: VolumeFormat::Qcow2,
-                bus: DiskBus::Virtio,
-            },
-            interface: InterfacePlan {
-                kind: NetworkType::Network,
-                source: "default".into(),
-                model: "virtio".into(),
-                mac: "52:54:00:AB:cd:01".into(),
-            },
-            console: ConsolePlan::LogFile("/var/log/caplv/worker-1-serial.log".into()),
-            ignition_path: Some("/pool/worker-1-ignition.ign".into()),
-            description: Some("caplv: default/worker-1".into()),
-        }
-    }
-
-    #[test]
-    fn renders_the_tested_recipe() {
-        let d = plan().to_xml().unwrap();
-        assert_eq!(d.name, "worker-1");
-        let x = d.xml;
-        for want in [
-            "<domain type='qemu'>",
-            "<name>worker-1</name>",
-            "<uuid>3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b</uuid>",
-            "<description>caplv: default/worker-1</description>",
-            "<memory unit='MiB'>2048</memory>",
-            "<vcpu placement='static'>2</vcpu>",
-            "<sysinfo type='fwcfg'>\n    <entry name='opt/com.coreos/config' file='/pool/worker-1-ignition.ign'/>",
-            "<os firmware='efi'>\n    <type arch='x86_64' machine='q35'>hvm</type>",
-            "<feature enabled='no' name='secure-boot'/>",
-            "<boot dev='hd'/>",
-            "<acpi/>\n    <apic/>\n  </features>",
-            "<cpu mode='maximum' check='none'/>",
-            "<on_poweroff>destroy</on_poweroff>",
-            "<on_crash>destroy</on_crash>",
-            "<disk type='volume' device='disk'>",
-            "<driver name='qemu' type='qcow2' discard='unmap'/>",
-            "<source pool='pool1' volume='worker-1-root.qcow2'/>",
-            "<target dev='vda' bus='virtio'/>",
-            "<interface type='network'>\n      <mac address='52:54:00:ab:cd:01'/>\n      <source network='default'/>",
-            "<model type='virtio'/>",
-            "<serial type='file'>\n      <source path='/var/log/caplv/worker-1-serial.log' append='on'/>",
-            "<console type='file'>",
-        ] {
-            assert!(x.contains(want), "missing {want:?} in\n{x}");
-        }
-        assert!(!x.contains("smbios") && !x.contains("<loader") && !x.contains("smm"));
-        assert_eq!(x.matches("<disk ").count(), 1);
-    }
-
-    #[test]
-    fn firmware_variants() {
-        let mut p = plan();
-        p.firmware = FirmwarePlan::UefiExplicit {
-            loader_path: "/usr/share/OVMF/OVMF_CODE_4M.fd".into(),
-            nvram_template: Some("/usr/share/OVMF/OVMF_VARS_4M.fd".into()),
-            nvram_path: Some(default_system_nvram_path("worker-1")),
-            secure_boot: false,
-        };
-        let x = p.to_xml().unwrap().xml;
-        assert!(x.contains("  <os>\n"), "{x}");
-        assert!(
-            x.contains("<loader readonly='yes' secure='no' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader>")
-        );
-        assert!(x.contains(
-            "<nvram template='/usr/share/OVMF/OVMF_VARS_4M.fd'>/var/lib/libvirt/qemu/nvram/worker-1_VARS.fd</nvram>"
-        ));
-        assert!(!x.contains("firmware='efi'") && !x.contains("smm"));
-
-        p.firmware = FirmwarePlan::UefiExplicit {
-            loader_path: "/usr/share/OVMF/OVMF_CODE.secboot.fd".into(),
-            nvram_template: Some("/usr/share/OVMF/OVMF_VARS.fd".into()),
-            nvram_path: None,
-            secure_boot: true,
-        };
-        let x = p.to_xml().unwrap().xml;
-        assert!(x.contains("secure='yes'") && x.contains("<smm state='on'/>"));
-        assert!(x.contains("<nvram template='/usr/share/OVMF/OVMF_VARS.fd'/>"));
-
-        p.firmware = FirmwarePlan::UefiAuto { secure_boot: true };
-        let x = p.to_xml().unwrap().xml;
-        assert!(x.contains("<feature enabled='yes' name='secure-boot'/>") && x.contains("<smm state='on'/>"));
-
-        p.firmware = FirmwarePlan::Bios;
-        let x = p.to_xml().unwrap().xml;
-        assert!(!x.contains("<loader") && !x.contains("efi") && !x.contains("nvram"));
-        assert!(x.contains("  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n    <boot dev='hd'/>"));
-    }
-
-    #[test]
-    fn buses_networks_consoles_and_types() {
-        let mut p = plan();
-        p.domain_type = DomainType::Kvm;
-        p.root_disk.bus = DiskBus::Sata;
-        p.interface.kind = NetworkType::Bridge;
-        p.interface.source = "br0".into();
-        p.interface.model = "e1000e".into();
-        p.console = ConsolePlan::PtyWithLog("/var/log/w.log".into());
-        p.ignition_path = None;
-        p.description = None;
-        let x = p.to_xml().unwrap().xml;
-        assert!(x.contains("<domain type='kvm'>") && x.contains("<cpu mode='host-passthrough' check='none'/>"));
-        assert!(x.contains("<target dev='sda' bus='sata'/>") && !x.contains("virtio-scsi"));
-        assert!(x.contains("<interface type='bridge'>") && x.contains("<source bridge='br0'/>"));
-        assert!(x.contains("<model type='e1000e'/>"));
-        assert!(x.contains("<serial type='pty'>\n      <log file='/var/log/w.log' append='on'/>"));
-        assert!(x.contains("<console type='pty'>"));
-        assert!(!x.contains("sysinfo") && !x.contains("<description>"));
-        p.root_disk.bus = DiskBus::Scsi;
-        let x = p.to_xml().unwrap().xml;
-        assert!(x.contains("<controller type='scsi' index='0' model='virtio-scsi'/>"));
-        assert!(x.contains("<target dev='sda' bus='scsi'/>"));
-    }
-
-    #[test]
-    fn escapes_text_and_attributes() {
-        let mut p = plan();
-        p.ignition_path = Some("/pool/it's <a> & \"b\".ign".into());
-        p.description = Some("<owner> & 'quotes'".into());
-        let x = p.to_xml().unwrap().xml;
-        assert!(
-            x.contains("file='/pool/it&apos;s &lt;a&gt; &amp; &quot;b&quot;.ign'"),
-            "{x}"
-        );
-        assert!(x.contains("<description>&lt;owner&gt; &amp; &apos;quotes&apos;</description>"));
-    }
-
-    #[test]
-    fn rejects_bad_input_without_emitting_xml() {
-        type Mutation = fn(&mut DomainPlan);
-        let cases: [(&str, Mutation); 16] = [
-            ("domain name", |p| p.name = "a'b".into()),
-            ("vcpus", |p| p.vcpus = 0),
-            ("memory", |p| p.memory_mib = 0),
-            ("machine type", |p| p.machine = "q35'/>".into()),
-            ("storage pool", |p| p.root_disk.pool = "pool 1".into()),
-            ("volume", |p| p.root_disk.volume = "../etc".into()),
-            ("network name", |p| p.interface.source = "def<ault".into()),
-            ("bridge name", |p| {
-                p.interface.kind = NetworkType::Bridge;
-                p.interface.source = "br 0".into();
-            }),
-            ("NIC model", |p| p.interface.model = "Virtio'".into()),
-            ("MAC address", |p| p.interface.mac = "52:54:00:ab:cd".into()),
-            ("MAC address", |p| p.interface.mac = "01:54:00:ab:cd:ef".into()),
-            ("console log path", |p| {
-                p.console = ConsolePlan::LogFile("relative.log".into())
-            }),
-            ("Ignition file path", |p| p.ignition_path = Some("/a\nb".into())),
-            ("firmware path", |p| {
-                p.firmware = FirmwarePlan::UefiExplicit {
-                    loader_path: "OVMF.fd".into(),
-                    nvram_template: None,
-                    nvram_path: None,
-                    secure_boot: false,
-                };
-            }),
-            ("NVRAM path", |p| {
-                p.firmware = FirmwarePlan::UefiExplicit {
-                    loader_path: "/OVMF.fd".into(),
-                    nvram_template: Some("/t".into()),
-                    nvram_path: Some("/a/../b".into()),
-                    secure_boot: false,
-                };
-            }),
-            ("description", |p| p.description = Some("\u{1b}[31m".into())),
-        ];
-        for (field, mutate) in cases {
-            let mut p = plan();
-            mutate(&mut p);
-            let e = p.to_xml().unwrap_err();
-            let shown = format!("{e:?}");
-            assert!(shown.contains(field), "{field}: {shown}");
-        }
-    }
+fn push_interface(x: &mut String, i: &InterfacePlan) {
+    let (kind, source) = match (i.kind, i.mode) {
+        (NetworkType::Network, _) => ("network", format!("network='{}'", escape_attr(&i.source))),
+        (NetworkType::Bridge, _) => ("bridge", format!("bridge='{}'", escape_attr(&i.source))),
+        (NetworkType::Direct, mode) => (
+            "direct",
+            format!(
+                "dev='{}' mode='{}'",
+                escape_attr(&i.source),
+                mode_name(mode.unwrap_or(DirectMode::Bridge))
+            ),
+        ),
+    };
+    x.push_str(&format!(
+        "    <interface type='{kind}'>\n      <mac address='{}'/>\n      <source {source}/>\n      \
+         <model type='{}'/>\n    </interface>\n",
+        escape_attr(&i.mac.to_ascii_lowercase()),
+        escape_attr(&i.model),
+    ));
 }
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -18,6 +18,10 @@
 //! fail (`OperationInvalid`), and undefining a running domain leaves it running as a transient
 //! domain that disappears when destroyed.
 //!
+//! Networks hold only DHCP host entries (`with_network`); adding one whose MAC, IP or name is
+//! already there is `AlreadyExists` (libvirt's rule), removing one matches by MAC and IP.
+//! Interface addresses are whatever a test set with `set_interface_addresses`.
+//!
 //! A volume's content is the bytes written to it: a fresh volume holds as many zeros as its XML's
 //! `<allocation>` (a preallocated raw file), a clone holds its source's bytes.
 
@@ -31,8 +35,8 @@ use uuid::Uuid;
 use super::{
     domain_xml::DomainXml,
     hypervisor::{
-        DomainInfo, DomainState, HostInfo, HvResult, Hypervisor, HypervisorError, NodeStats, ObjectKind, PoolInfo,
-        VolumeInfo, VolumeRef,
+        DhcpHost, DomainInfo, DomainState, HostInfo, HvResult, Hypervisor, HypervisorError, InterfaceAddress,
+        NodeStats, ObjectKind, PoolInfo, VolumeInfo, VolumeRef,
     },
     volume_xml::VolumeXml,
     xml::{XmlInputError, element_text},
@@ -74,6 +78,14 @@ pub enum Op {
     DeleteVolume,
     /// [`Hypervisor::node_stats`].
     NodeStats,
+    /// [`Hypervisor::dhcp_hosts`].
+    DhcpHosts,
+    /// [`Hypervisor::add_dhcp_host`].
+    AddDhcpHost,
+    /// [`Hypervisor::remove_dhcp_host`].
+    RemoveDhcpHost,
+    /// [`Hypervisor::interface_addresses`].
+    InterfaceAddresses,
 }
 
 struct Volume {
@@ -117,6 +129,8 @@ struct State {
     calls: HashMap<Op, usize>,
     failures: HashMap<Op, HypervisorError>,
     stats: NodeStats,
+    networks: BTreeMap<String, Vec<DhcpHost>>,
+    addresses: BTreeMap<String, Vec<InterfaceAddress>>,
 }
 
 impl State {
@@ -247,6 +261,23 @@ impl FakeHypervisor {
             None => panic!("with_volume: no pool {pool:?}"),
         };
         self
+    }
+
+    /// Adds a network with no DHCP host entries.
+    #[must_use]
+    pub fn with_network(self, name: &str) -> Self {
+        self.lock().networks.insert(name.to_owned(), Vec::new());
+        self
+    }
+
+    /// The DHCP host entries of `network` (empty for a missing one).
+    pub fn dhcp_entries(&self, network: &str) -> Vec<DhcpHost> {
+        self.lock().networks.get(network).cloned().unwrap_or_default()
+    }
+
+    /// What `interface_addresses` reports for `domain` from now on.
+    pub fn set_interface_addresses(&self, domain: &str, addresses: Vec<InterfaceAddress>) {
+        self.lock().addresses.insert(domain.to_owned(), addresses);
     }
 
     /// A persistent domain someone else defined (no XML), replacing any of that name.
@@ -529,6 +560,57 @@ impl Hypervisor for FakeHypervisor {
         let mut s = self.lock();
         s.enter(Op::NodeStats)?;
         Ok(s.stats)
+    }
+
+    fn dhcp_hosts(&self, network: &str) -> HvResult<Vec<DhcpHost>> {
+        let mut s = self.lock();
+        s.enter(Op::DhcpHosts)?;
+        s.networks
+            .get(network)
+            .cloned()
+            .ok_or_else(|| not_found(ObjectKind::Network, network))
+    }
+
+    fn add_dhcp_host(&self, network: &str, host: &DhcpHost) -> HvResult<()> {
+        let mut s = self.lock();
+        s.enter(Op::AddDhcpHost)?;
+        let entries = s
+            .networks
+            .get_mut(network)
+            .ok_or_else(|| not_found(ObjectKind::Network, network))?;
+        let clash = |e: &DhcpHost| e.mac == host.mac || e.ip == host.ip || (e.name.is_some() && e.name == host.name);
+        if entries.iter().any(clash) {
+            return Err(HypervisorError::AlreadyExists {
+                kind: ObjectKind::DhcpHost,
+                name: format!("{network}/{}", host.mac),
+            });
+        }
+        entries.push(host.clone());
+        Ok(())
+    }
+
+    fn remove_dhcp_host(&self, network: &str, host: &DhcpHost) -> HvResult<()> {
+        let mut s = self.lock();
+        s.enter(Op::RemoveDhcpHost)?;
+        let entries = s
+            .networks
+            .get_mut(network)
+            .ok_or_else(|| not_found(ObjectKind::Network, network))?;
+        let before = entries.len();
+        entries.retain(|e| !(e.mac == host.mac && e.ip == host.ip));
+        if entries.len() == before {
+            return Err(not_found(ObjectKind::DhcpHost, &format!("{network}/{}", host.mac)));
+        }
+        Ok(())
+    }
+
+    fn interface_addresses(&self, domain: &str) -> HvResult<Vec<InterfaceAddress>> {
+        let mut s = self.lock();
+        s.enter(Op::InterfaceAddresses)?;
+        if !s.domains.contains_key(domain) {
+            return Err(not_found(ObjectKind::Domain, domain));
+        }
+        Ok(s.addresses.get(domain).cloned().unwrap_or_default())
     }
 }
 

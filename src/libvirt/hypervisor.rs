@@ -14,7 +14,9 @@
 //! - `start` of a running domain and `destroy` of a stopped one succeed;
 //! - `destroy`, `undefine_with_nvram`, `delete_volume` and `upload_volume` on a missing object are
 //!   [`HypervisorError::NotFound`] ([`HypervisorError::is_not_found`] lets deletion treat that as
-//!   done).
+//!   done);
+//! - `add_dhcp_host` of an entry whose MAC, IP or name is already in the network is
+//!   `AlreadyExists`, `remove_dhcp_host` of an absent one (or in a missing network) `NotFound`.
 
 use uuid::Uuid;
 
@@ -139,6 +141,26 @@ pub struct VolumeInfo {
     pub allocation: u64,
 }
 
+/// A DHCP host entry of a libvirt network (`<ip><dhcp><host mac ip name/>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DhcpHost {
+    /// MAC address, lower-case.
+    pub mac: String,
+    /// Reserved IPv4 address.
+    pub ip: String,
+    /// Host name, if any.
+    pub name: Option<String>,
+}
+
+/// An address a domain's interface has, from the network's DHCP leases or the guest agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterfaceAddress {
+    /// The interface's MAC address, lower-case.
+    pub mac: String,
+    /// The address, without prefix.
+    pub ip: String,
+}
+
 /// A volume in a pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VolumeRef<'a> {
@@ -157,6 +179,10 @@ pub enum ObjectKind {
     StoragePool,
     /// A storage volume.
     Volume,
+    /// A virtual network.
+    Network,
+    /// A DHCP host entry of a network.
+    DhcpHost,
 }
 
 impl std::fmt::Display for ObjectKind {
@@ -165,6 +191,8 @@ impl std::fmt::Display for ObjectKind {
             Self::Domain => "domain",
             Self::StoragePool => "storage pool",
             Self::Volume => "volume",
+            Self::Network => "network",
+            Self::DhcpHost => "DHCP host entry",
         })
     }
 }
@@ -321,6 +349,16 @@ pub trait Hypervisor: Send + Sync {
     /// The host's memory and CPU statistics (`virNodeGetMemoryStats`, `virNodeGetCPUStats`) and
     /// the guests' CPU time, with no remote shell.
     fn node_stats(&self) -> HvResult<NodeStats>;
+    /// The DHCP host entries of network `network` (`NotFound` for a missing network).
+    fn dhcp_hosts(&self, network: &str) -> HvResult<Vec<DhcpHost>>;
+    /// Adds a DHCP host entry (`virNetworkUpdate` add-last, section `ip-dhcp-host`) to the
+    /// persistent definition and, when the network runs, to the live one.
+    fn add_dhcp_host(&self, network: &str, host: &DhcpHost) -> HvResult<()>;
+    /// Removes a DHCP host entry (`virNetworkUpdate` delete), config and live.
+    fn remove_dhcp_host(&self, network: &str, host: &DhcpHost) -> HvResult<()>;
+    /// The addresses of a running domain's interfaces: the networks' DHCP leases, else the guest
+    /// agent's view; empty when neither knows any yet.
+    fn interface_addresses(&self, domain: &str) -> HvResult<Vec<InterfaceAddress>>;
 }
 
 #[cfg(test)]

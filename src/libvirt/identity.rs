@@ -9,8 +9,10 @@
 //!   namespace, so names are unique per cluster.
 //! - **Domain UUID** = the LibvirtMachine's `metadata.uid` (already a UUID, unique, stable).
 //! - **Provider ID** = `libvirt:///<domain UUID>`.
-//! - **MAC address** = `52:54:00` (QEMU's locally administered prefix) followed by three bytes of
-//!   a hash of the domain UUID, unless the spec gives one.
+//! - **MAC address** of interface `i` = `52:54:00` (QEMU's prefix) followed by three bytes of a
+//!   hash of the domain UUID (and `i` for `i > 0`, so the first interface keeps the MAC a
+//!   single-NIC machine always had), unless the spec gives one. Interfaces of one machine never
+//!   share a derived MAC.
 
 use uuid::Uuid;
 
@@ -91,6 +93,25 @@ pub fn mac_address(domain: Uuid) -> String {
     format!("52:54:00:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2])
 }
 
+/// The MAC address of interface `index` of a domain, distinct from every MAC in `taken`.
+#[must_use]
+pub fn interface_mac(domain: Uuid, index: usize, taken: &[String]) -> String {
+    let mut salt = 0u32;
+    loop {
+        let mac = if index == 0 && salt == 0 {
+            mac_address(domain)
+        } else {
+            let key = format!("mac:{}:{index}:{salt}", domain.hyphenated());
+            let b = *Uuid::new_v5(&NAME_NAMESPACE, key.as_bytes()).as_bytes();
+            format!("52:54:00:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2])
+        };
+        if !taken.iter().any(|t| t.eq_ignore_ascii_case(&mac)) {
+            return mac;
+        }
+        salt += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +158,17 @@ mod tests {
         assert_eq!(mac, mac_address(a));
         assert_ne!(mac, mac_address(b));
         assert!(mac.starts_with("52:54:00:") && mac.len() == 17, "{mac}");
+    }
+
+    #[test]
+    fn interface_macs_are_stable_distinct_and_keep_the_first() {
+        let a = domain_uuid("3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b").unwrap();
+        assert_eq!(interface_mac(a, 0, &[]), mac_address(a));
+        let second = interface_mac(a, 1, &[mac_address(a)]);
+        assert_eq!(second, interface_mac(a, 1, &[mac_address(a)]), "stable");
+        assert_ne!(second, mac_address(a));
+        assert!(second.starts_with("52:54:00:"));
+        let forced = interface_mac(a, 1, std::slice::from_ref(&second));
+        assert_ne!(forced, second, "a taken MAC is never handed out again");
     }
 }

@@ -1,6 +1,6 @@
 //! Private libvirt test-driver hosts for the sandbox: every LibvirtHost is answered by its own
 //! `test:///<node file>` instance, shaped like the seed's laptop (16 vCPUs, 31560 MiB, a `default`
-//! pool holding the seed's base image and a `default` network), so nothing a manifest names is
+//! pool holding the seed's base image and a `default` network, 192.168.122.0/24 with DHCP), so nothing a manifest names is
 //! ever contacted.
 
 use std::{
@@ -36,7 +36,8 @@ pub fn host_uri(dir: &Path, namespace: &str, name: &str) -> io::Result<String> {
              <pool type='dir'><name>default</name><uuid>{pool_id}</uuid><source/><target><path>{pool_path}</path></target>\n    \
              <volume type='file'><name>{BASE_IMAGE}</name><capacity unit='GiB'>16</capacity>\
              <target><format type='qcow2'/></target></volume>\n  </pool>\n  \
-             <network><name>default</name><uuid>{net_id}</uuid><bridge name='virbr0'/></network>\n</node>\n",
+             <network><name>default</name><uuid>{net_id}</uuid><bridge name='virbr0'/>\
+             <ip address='192.168.122.1' netmask='255.255.255.0'><dhcp><range start='192.168.122.2' end='192.168.122.254'/></dhcp></ip></network>\n</node>\n",
             memory_kib = MEMORY_MIB * 1024,
             pool_id = id("pool"),
             pool_path = escape_text(&pool.display().to_string()),

@@ -53,6 +53,7 @@ use virt::stream::Stream;
 use virt::sys;
 
 mod convert;
+mod network;
 mod node_stats;
 pub use node_stats::faked_stats_path;
 
@@ -60,7 +61,8 @@ use convert::{code_name, code_of, convert_state, is_already_exists, is_code, is_
 
 use super::domain_xml::DomainXml;
 use super::hypervisor::{
-    DomainInfo, HostInfo, HvResult, Hypervisor, HypervisorError, NodeStats, ObjectKind, PoolInfo, VolumeInfo, VolumeRef,
+    DhcpHost, DomainInfo, HostInfo, HvResult, Hypervisor, HypervisorError, InterfaceAddress, NodeStats, ObjectKind,
+    PoolInfo, VolumeInfo, VolumeRef,
 };
 use super::volume_xml::VolumeXml;
 use super::xml::element_text;
@@ -577,6 +579,19 @@ impl Hypervisor for VirtHypervisor {
             return Ok(faked);
         }
         node_stats::sample(self.conn()?).map_err(|(operation, e)| self.err(operation, &e))
+    }
+
+    fn dhcp_hosts(&self, network: &str) -> HvResult<Vec<DhcpHost>> {
+        self.network_dhcp_hosts(network)
+    }
+    fn add_dhcp_host(&self, network: &str, host: &DhcpHost) -> HvResult<()> {
+        self.update_dhcp_host(network, host, true)
+    }
+    fn remove_dhcp_host(&self, network: &str, host: &DhcpHost) -> HvResult<()> {
+        self.update_dhcp_host(network, host, false)
+    }
+    fn interface_addresses(&self, domain: &str) -> HvResult<Vec<InterfaceAddress>> {
+        self.domain_addresses(domain)
     }
 }
 

@@ -104,6 +104,12 @@ pub fn full_clone_volume(name: &str, capacity_bytes: u64, format: VolumeFormat) 
     })
 }
 
+/// An empty, thin qcow2 data volume of `capacity_bytes` (a clone target's XML used with a plain
+/// create: no backing store, no preallocation).
+pub fn empty_qcow2_volume(name: &str, capacity_bytes: u64) -> Result<VolumeXml, XmlInputError> {
+    full_clone_volume(name, capacity_bytes, VolumeFormat::Qcow2)
+}
+
 /// A raw volume `<node_name>-ignition.ign` sized for a payload of `payload_len` bytes, mode 0600
 /// (the payload carries bootstrap credentials; libvirt hands it to QEMU when the domain starts).
 pub fn ignition_volume(node_name: &str, payload_len: u64) -> Result<VolumeXml, XmlInputError> {

@@ -10,6 +10,8 @@ pub mod error;
 pub mod finalizer;
 #[cfg(feature = "caplv")]
 pub mod host_connections;
+#[cfg(feature = "caplv")]
+pub mod host_pool;
 pub mod kinds;
 pub mod owner;
 #[cfg(feature = "caplv")]

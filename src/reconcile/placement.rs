@@ -190,22 +190,46 @@ pub fn offered(host: &LibvirtHost) -> Option<Resources> {
     ))
 }
 
-/// Total minus reservation, clamped at zero.
+/// Total minus reservation, clamped at zero, times the overcommit ratios.
 #[must_use]
 pub fn offered_from(spec: &LibvirtHostSpec, total_vcpus: i64, total_memory_mib: i64) -> Resources {
+    let after_reservation = |total: i64, reserved: i32| total.saturating_sub(i64::from(reserved)).max(0);
     Resources {
-        vcpus: total_vcpus
-            .saturating_sub(i64::from(spec.reserved_resources.vcpus))
-            .max(0),
-        memory_mib: total_memory_mib
-            .saturating_sub(i64::from(spec.reserved_resources.memory_mb))
-            .max(0),
+        vcpus: spec
+            .overcommit
+            .cpu_ratio
+            .scale(after_reservation(total_vcpus, spec.reserved_resources.vcpus)),
+        memory_mib: spec
+            .overcommit
+            .memory_ratio
+            .scale(after_reservation(total_memory_mib, spec.reserved_resources.memory_mb)),
     }
+}
+
+/// The host's side of a capacity wait: what it has, keeps back and overcommits.
+#[must_use]
+pub fn describe_host(host: &LibvirtHost) -> String {
+    let spec = &host.spec;
+    let total = host
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .map_or_else(String::new, |c| {
+            format!("{} vCPUs and {} MiB in all, ", c.total_vcpus, c.total_memory_mb)
+        });
+    format!(
+        "host {}: {total}reservedResources {} vCPUs and {} MiB, overcommit cpuRatio {} and memoryRatio {}",
+        host.name_any(),
+        spec.reserved_resources.vcpus,
+        spec.reserved_resources.memory_mb,
+        spec.overcommit.cpu_ratio,
+        spec.overcommit.memory_ratio
+    )
 }
 
 /// Whether `machine` runs (or will run) on host `id`.
 fn on_host(machine: &LibvirtMachine, id: &HostId) -> bool {
-    machine.spec.host_ref.name == id.1 && machine.namespace().unwrap_or_default() == id.0
+    machine.host_name() == Some(id.1.as_str()) && machine.namespace().unwrap_or_default() == id.0
 }
 
 /// Whether `machine` is queued for capacity.
@@ -269,9 +293,11 @@ impl Placement {
         by_uid.into_values().fold(Resources::default(), Resources::add)
     }
 
-    /// The other machines queued on host `id`.
+    /// The other machines queued on `host`: those bound to it, and those of a host pool it is
+    /// in that have no host yet.
     #[must_use]
-    pub fn waiting(&self, id: &HostId) -> Vec<Candidate> {
+    pub fn waiting(&self, host: &LibvirtHost) -> Vec<Candidate> {
+        let id = &super::host_connections::host_id(host);
         let admitted: Vec<String> = self
             .ledger
             .lock()
@@ -281,7 +307,7 @@ impl Placement {
         self.machines
             .state()
             .iter()
-            .filter(|m| on_host(m, id) && is_waiting(m))
+            .filter(|m| (on_host(m, id) || super::host_pool::queues_on(m, host)) && is_waiting(m))
             .map(|m| Candidate::of(m))
             .filter(|c| !admitted.contains(&c.uid))
             .collect()

@@ -65,7 +65,7 @@ fn crds_prints_every_crd_as_yaml() {
     let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect();
-    assert_eq!(docs.len(), 9);
+    assert_eq!(docs.len(), 10);
     assert!(docs.iter().all(|d| d["kind"] == "CustomResourceDefinition"));
     assert!(out.stderr.is_empty(), "crds prints nothing but YAML");
 }

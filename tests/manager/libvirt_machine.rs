@@ -29,8 +29,8 @@ use crate::support::{Env, apply_yaml, wait_until};
 
 pub(crate) const IGNITION: &str = r#"{"ignition":{"version":"3.4.0"}}"#;
 
-struct Fixture {
-    env: Env,
+pub(crate) struct Fixture {
+    pub(crate) env: Env,
     _dir: tempfile::TempDir,
 }
 
@@ -49,14 +49,14 @@ pub(crate) fn lvms(client: &Client) -> Api<LibvirtMachine> {
     Api::namespaced(client.clone(), "default")
 }
 
-fn hosts(client: &Client) -> Api<LibvirtHost> {
+pub(crate) fn hosts(client: &Client) -> Api<LibvirtHost> {
     Api::namespaced(client.clone(), "default")
 }
 
 /// A manager, a Cluster, the bootstrap Secret `boot`, and LibvirtHost `name`s served by private
 /// test drivers shaped like the seed's laptop (16 vCPUs, 31560 MiB, pool `default` with the
 /// base image, network `default`), each reserving `reserved_vcpus`.
-async fn fixture(host_names: &[&str], reserved_vcpus: i32) -> Fixture {
+pub(crate) async fn fixture(host_names: &[&str], reserved_vcpus: i32) -> Fixture {
     let env = Env::start().await;
     let dir = tempfile::tempdir().unwrap();
     apply_yaml(
@@ -121,7 +121,7 @@ async fn ready_condition(env: &Env, name: &str) -> Option<Condition> {
 }
 
 /// Wait until `name`'s Ready condition has `reason`; returns it.
-async fn wait_reason(env: &Env, name: &str, reason: &str) -> Condition {
+pub(crate) async fn wait_reason(env: &Env, name: &str, reason: &str) -> Condition {
     let deadline = tokio::time::Instant::now() + crate::support::deadline();
     loop {
         let last = ready_condition(env, name).await;
@@ -136,7 +136,7 @@ async fn wait_reason(env: &Env, name: &str, reason: &str) -> Condition {
     }
 }
 
-async fn wait_gone(env: &Env, name: &str) {
+pub(crate) async fn wait_gone(env: &Env, name: &str) {
     wait_until(&format!("LibvirtMachine {name} gone"), || async {
         lvms(&env.client).get_opt(name).await.unwrap().is_none()
     })
@@ -144,7 +144,7 @@ async fn wait_gone(env: &Env, name: &str) {
 }
 
 /// The manager's own connection to host `name`.
-async fn hv(env: &Env, name: &str) -> Arc<dyn Hypervisor> {
+pub(crate) async fn hv(env: &Env, name: &str) -> Arc<dyn Hypervisor> {
     let host = hosts(&env.client).get(name).await.unwrap();
     let conn = env
         .shared

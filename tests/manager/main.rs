@@ -9,6 +9,7 @@
 
 mod cli;
 mod control_plane_script;
+mod host_pool;
 mod house;
 mod ignition_config;
 mod lead_time;
@@ -16,6 +17,8 @@ mod leader;
 mod libvirt_cluster;
 mod libvirt_host;
 mod libvirt_machine;
+mod machine_networking;
+mod maintenance;
 mod node_join;
 mod reclaim;
 mod sandbox;

@@ -226,6 +226,11 @@ async fn a_policy_without_a_limit_or_with_one_out_of_range_is_refused_naming_it(
             "{minFreeMemoryMB: 1024, coolDown: soon}",
             "spec.reclaim.coolDown",
         ),
+        (
+            "ratio",
+            "{minFreeMemoryMB: 1024}\n  overcommit: {cpuRatio: 0}",
+            "spec.overcommit.cpuRatio",
+        ),
     ] {
         let object: LibvirtHost = serde_yaml::from_str(&host(name, policy)).unwrap();
         let err = hosts(&env)

@@ -61,6 +61,8 @@ pub(crate) async fn reconcile(obj: &DynamicObject, ctx: &Ctx) -> Result<Action> 
     let infra_ref = at(&spec, &["infrastructureRef"]).and_then(ObjRef::parse);
 
     let infra_cond;
+    // Core copies the InfraCluster's failure domains to the Cluster, in the shape it wrote them.
+    let mut failure_domains = None;
     let infra_ready = match &infra_ref {
         None => {
             infra_cond = Cond::new("InfrastructureReady", true, "NoInfrastructureRef", "");
@@ -93,6 +95,7 @@ pub(crate) async fn reconcile(obj: &DynamicObject, ctx: &Ctx) -> Result<Action> 
                         }
                         Ownership::Owned => {
                             let ready = provider_ready(&infra, kind.contract, "provisioned");
+                            failure_domains = infra.data["status"].get("failureDomains").cloned();
                             let infra_spec = infra.data.get("spec").cloned().unwrap_or(Value::Null);
                             if ready && !spec_endpoint_valid && endpoint_valid(&infra_spec) {
                                 let ep = infra_spec["controlPlaneEndpoint"].clone();
@@ -154,6 +157,9 @@ pub(crate) async fn reconcile(obj: &DynamicObject, ctx: &Ctx) -> Result<Action> 
         "conditions": conditions,
         "observedGeneration": obj.metadata.generation,
     });
+    if let Some(domains) = failure_domains {
+        status["failureDomains"] = replacing(status_now.get("failureDomains"), domains);
+    }
     if ctx.cfg.versions.is_v1beta2() {
         status["initialization"] = json!({
             "infrastructureProvisioned": infra_ready,
@@ -165,6 +171,17 @@ pub(crate) async fn reconcile(obj: &DynamicObject, ctx: &Ctx) -> Result<Action> 
     }
     patch_status(&api, obj, status).await?;
     Ok(Action::await_change())
+}
+
+/// A merge patch that replaces the map `current` by `new` (core sets the field whole): the keys
+/// `new` lacks are nulled. Lists, and anything else, are replaced by a merge patch anyway.
+fn replacing(current: Option<&Value>, mut new: Value) -> Value {
+    if let (Some(Value::Object(old)), Value::Object(map)) = (current, &mut new) {
+        for key in old.keys() {
+            map.entry(key.clone()).or_insert(Value::Null);
+        }
+    }
+    new
 }
 
 /// Whether the Cluster's ownerRefs on its InfraCluster and control plane are controller refs

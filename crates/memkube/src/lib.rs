@@ -132,6 +132,9 @@
 //!   on; a 1.33 apiserver with default gates answers 422.
 //! - Orphan propagation orphans at once, and the DELETE answers like an immediate delete; the
 //!   apiserver first answers with the deleting owner carrying the `orphan` finalizer.
+//! - A whole number is checked against a fractional `minimum`/`maximum` as it is; the apiserver
+//!   truncates the bound first, so `0` passes `minimum: 0.1` there (schemas that must refuse it
+//!   add a CEL rule, which both evaluate alike).
 //! - Applying an empty keyed list records the list itself as owned (memkube knows no list
 //!   types); the apiserver records nothing for it.
 //! - Texts that come from parsers or internals differ in detail while code and reason match:

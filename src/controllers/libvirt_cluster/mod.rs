@@ -10,13 +10,14 @@
 //! condition keeps tracking whether the endpoint answers now.
 
 pub mod control_plane_link;
+pub mod failure_domains;
 
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     Resource, ResourceExt,
-    api::{Api, DynamicObject},
+    api::{Api, DynamicObject, ListParams},
     runtime::{
         controller::{Action, Controller},
         reflector::ObjectRef,
@@ -31,9 +32,10 @@ use crate::{
         common::InfrastructureInitialization,
         condition::{self, DesiredCondition, Status},
         libvirt_cluster::{ClusterCondition, LibvirtCluster, LibvirtClusterStatus, Reason},
+        libvirt_host::LibvirtHost,
     },
     app::health::Readiness,
-    reconcile::{ApiError, Context, drive_cached, error::get_opt, owner, write_status},
+    reconcile::{ApiError, Context, drive_cached, error::get_opt, in_namespace, owner, refs_where, write_status},
 };
 
 /// Controller name in metrics and logs.
@@ -151,6 +153,7 @@ pub fn plan(
         initialization: Some(InfrastructureInitialization {
             provisioned: Some(provisioned),
         }),
+        failure_domains: current.failure_domains.clone(),
         conditions: condition::merge_all(&current.conditions, &desired, now, generation),
         observed_generation: generation,
     };
@@ -203,13 +206,21 @@ async fn reconcile(obj: Arc<LibvirtCluster>, ctx: Arc<Context>) -> Result<Action
     };
     let current = obj.status.clone().unwrap_or_default();
     let interval = ctx.settings.endpoint_probe_interval;
-    let plan = plan(
+    let mut plan = plan(
         &current,
         obj.metadata.generation,
         &observation,
         &ctx.timestamp(),
         interval,
     );
+    if observation != Observation::Paused {
+        let hosts: Api<LibvirtHost> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
+        let listed = hosts
+            .list(&ListParams::default())
+            .await
+            .map_err(ApiError::read("LibvirtHosts"))?;
+        plan.status.failure_domains = failure_domains::publish(&listed.items, ctx.capi);
+    }
     write_status(&ctx, obj.as_ref(), FIELD_MANAGER, &current, &plan.status, Vec::new()).await?;
     Ok(plan.requeue.map_or_else(Action::await_change, Action::requeue))
 }
@@ -217,7 +228,9 @@ async fn reconcile(obj: Arc<LibvirtCluster>, ctx: Arc<Context>) -> Result<Action
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
     let capi = ctx.capi;
-    let controller = Controller::new(ctx.watched_api::<LibvirtCluster>(), watcher::Config::default())
+    let controller = Controller::new(ctx.watched_api::<LibvirtCluster>(), watcher::Config::default());
+    let clusters = controller.store();
+    let controller = controller
         .watches_with(
             ctx.watched_dynamic(&capi.cluster()),
             capi.cluster(),
@@ -229,6 +242,15 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
                     .and_then(|c| c.infrastructure_ref)
                     .filter(|r| r.group == LibvirtCluster::group(&()) && r.kind == LibvirtCluster::kind(&()))
                     .map(|r| ObjectRef::<LibvirtCluster>::new(&r.name).within(namespace.as_deref().unwrap_or_default()))
+            },
+        )
+        // A host's failure domain is published by the clusters of its namespace.
+        .watches(
+            ctx.watched_api::<LibvirtHost>(),
+            watcher::Config::default(),
+            move |host| {
+                let namespace = host.namespace().unwrap_or_default();
+                refs_where(&clusters, |c| in_namespace(c, &namespace))
             },
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());

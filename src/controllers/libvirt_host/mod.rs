@@ -30,6 +30,7 @@
 //!   reference them, so a new or rotated key is picked up at once.
 
 mod load;
+pub mod maintenance;
 pub mod reclaim;
 
 use std::{sync::Arc, time::Duration};
@@ -39,8 +40,8 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Time,
 };
 use kube::{
-    Resource, ResourceExt,
-    api::PartialObjectMeta,
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, DynamicObject, PartialObjectMeta},
     runtime::{
         WatchStreamExt,
         controller::{Action, Controller},
@@ -75,6 +76,7 @@ use crate::{
     },
 };
 use load::LoadSampler;
+use maintenance::Resident;
 use reclaim::Candidate;
 
 /// Controller name in metrics and logs.
@@ -130,6 +132,17 @@ pub struct Plan {
     pub requeue: Duration,
     /// A spot machine the reclaim policy named in this decision.
     pub reclaiming: Option<ReclaimVictim>,
+    /// A machine maintenance removes now.
+    pub removing: Option<Resident>,
+}
+
+/// The machines on a host, as the reclaim policy and maintenance see them.
+#[derive(Clone, Debug, Default)]
+pub struct OnHost {
+    /// Its admitted spot machines.
+    pub spot: Vec<Candidate>,
+    /// All its machines.
+    pub residents: Vec<Resident>,
 }
 
 /// Capacity from what the host reports, minus the reservation and what our machines have
@@ -142,8 +155,33 @@ pub fn capacity(info: &HostInfo, spec: &LibvirtHostSpec, committed: Resources) -
     HostCapacity {
         total_vcpus,
         total_memory_mb,
+        allocatable_vcpus: i32::try_from(offered.vcpus).unwrap_or(i32::MAX),
+        allocatable_memory_mb: offered.memory_mib,
         available_vcpus: i32::try_from(offered.vcpus.saturating_sub(committed.vcpus).max(0)).unwrap_or(i32::MAX),
         available_memory_mb: offered.memory_mib.saturating_sub(committed.memory_mib).max(0),
+    }
+}
+
+/// `Ready`'s message for a host that answered, with what the reservation and overcommit leave
+/// none of: a new user's small host with the default reservation must say why every machine
+/// waits.
+fn connected_message(info: &HostInfo, spec: &LibvirtHostSpec, capacity: Option<&HostCapacity>) -> String {
+    let connected = format!(
+        "connected to libvirt {} ({} driver, {} vCPUs, {} MiB)",
+        info.libvirt_version, info.driver, info.cpus, info.memory_mib
+    );
+    let nothing = capacity.and_then(|c| match (c.allocatable_vcpus <= 0, c.allocatable_memory_mb <= 0) {
+        (true, true) => Some("vCPUs or memory"),
+        (true, false) => Some("vCPUs"),
+        (false, true) => Some("memory"),
+        (false, false) => None,
+    });
+    match nothing {
+        Some(nothing) => format!(
+            "{connected}; reservedResources ({} vCPUs, {} MiB) and overcommit leave no {nothing} for machines",
+            spec.reserved_resources.vcpus, spec.reserved_resources.memory_mb
+        ),
+        None => connected,
     }
 }
 
@@ -232,15 +270,31 @@ fn plan_reclaim(
     }
 }
 
-/// Decide the status and the next check from an observation, with the host's spot machines
-/// for the reclaim policy. Pure.
+/// Refresh `lastChecked` and the load only as often as the health-check pace allows: a load
+/// that barely moved is not written, since with a reclaim policy the host is sampled every few
+/// seconds and a write per sample would be a write every few seconds for nothing.
+fn stamp(current: &LibvirtHostStatus, status: &mut LibvirtHostStatus, interval: Duration, now: &Time) {
+    let stale = current.last_checked.as_ref().is_none_or(|last| {
+        let age_ms = now.0.as_millisecond().saturating_sub(last.0.as_millisecond());
+        u128::try_from(age_ms).unwrap_or(0) >= interval.as_millis() / 2
+    });
+    if !stale && !load::moved(current.load.as_ref(), status.load.as_ref()) {
+        status.load.clone_from(&current.load);
+    }
+    if *status != *current || stale {
+        status.last_checked = Some(now.clone());
+    }
+}
+
+/// Decide the status and the next check from an observation, with the host's machines for
+/// the reclaim policy and maintenance. Pure.
 #[must_use]
 pub fn plan(
     current: &LibvirtHostStatus,
     spec: &LibvirtHostSpec,
     generation: Option<i64>,
     observation: &Observation,
-    spot: &[Candidate],
+    machines: &OnHost,
     now: &Time,
 ) -> Plan {
     let interval = interval(spec);
@@ -260,10 +314,7 @@ pub fn plan(
             if fingerprint.is_some() {
                 status.observed_host_key_fingerprint.clone_from(fingerprint);
             }
-            let message = format!(
-                "connected to libvirt {} ({} driver, {} vCPUs, {} MiB)",
-                info.libvirt_version, info.driver, info.cpus, info.memory_mib
-            );
+            let message = connected_message(info, spec, status.capacity.as_ref());
             (Status::True, HostReason::Connected, message, interval)
         }
         Observation::Failed(failure) => {
@@ -281,13 +332,21 @@ pub fn plan(
             )
         }
     };
-    let reclaim = plan_reclaim(current, spec, observation, spot, now);
+    let reclaim = plan_reclaim(current, spec, observation, &machines.spot, now);
     status.reclaim = reclaim.status;
+    let maintenance = maintenance::decide(
+        spec.maintenance,
+        current.maintenance.as_ref(),
+        &current.conditions,
+        &machines.residents,
+    );
+    status.maintenance = maintenance.status;
     let mut desired = vec![
         DesiredCondition::new(HostCondition::Reachable, condition_status, reason, message.clone()),
         DesiredCondition::new(HostCondition::Ready, condition_status, reason, message),
     ];
     desired.extend(reclaim.condition);
+    desired.extend(maintenance.condition);
     status.conditions = condition::merge_all(&current.conditions, &desired, now, generation);
     if spec.reclaim.is_none() {
         status
@@ -295,22 +354,12 @@ pub fn plan(
             .retain(|c| c.type_ != HostCondition::UnderPressure.as_str());
     }
     status.observed_generation = generation;
-    let stale = current.last_checked.as_ref().is_none_or(|last| {
-        let age_ms = now.0.as_millisecond().saturating_sub(last.0.as_millisecond());
-        u128::try_from(age_ms).unwrap_or(0) >= interval.as_millis() / 2
-    });
-    // A load that barely moved is not written: with a reclaim policy the host is sampled
-    // every few seconds, and a write per sample would be a write every few seconds for nothing.
-    if !stale && !load::moved(current.load.as_ref(), status.load.as_ref()) {
-        status.load.clone_from(&current.load);
-    }
-    if status != *current || stale {
-        status.last_checked = Some(now.clone());
-    }
+    stamp(current, &mut status, interval, now);
     Plan {
         status,
         requeue: reclaim.recheck.map_or(requeue, |r| requeue.min(r)),
         reclaiming: reclaim.chosen,
+        removing: maintenance.remove,
     }
 }
 
@@ -371,17 +420,17 @@ async fn reconcile(host: Arc<LibvirtHost>, state: Arc<State>) -> Result<Action, 
     let observation = observe(&host, &state).await?;
     let current = host.status.clone().unwrap_or_default();
     let now = state.ctx.timestamp();
-    let spot = if host.spec.reclaim.is_some() {
-        reclaim::candidates(&host, state.machines.state().iter().map(AsRef::as_ref))
-    } else {
-        Vec::new()
+    let machines = state.machines.state();
+    let on_host = OnHost {
+        spot: reclaim::candidates(&host, machines.iter().map(AsRef::as_ref)),
+        residents: maintenance::residents(&host, machines.iter().map(AsRef::as_ref)),
     };
     let plan = plan(
         &current,
         &host.spec,
         host.metadata.generation,
         &observation,
-        &spot,
+        &on_host,
         &now,
     );
     write_status(
@@ -396,7 +445,60 @@ async fn reconcile(host: Arc<LibvirtHost>, state: Arc<State>) -> Result<Action, 
     if let Some(victim) = &plan.reclaiming {
         report_reclaim(&state.ctx, &host, victim).await;
     }
+    // Recorded in status first, so a restart never removes a second one alongside.
+    if let Some(resident) = &plan.removing {
+        remove_for_maintenance(&state.ctx, &host, resident).await?;
+    }
     Ok(Action::requeue(plan.requeue))
+}
+
+/// Remove a machine from a host in maintenance: its owner Machine (Cluster API drains the Node
+/// and deletes the LibvirtMachine), or the LibvirtMachine itself when it has no owner.
+async fn remove_for_maintenance(ctx: &Context, host: &LibvirtHost, resident: &Resident) -> Result<(), Error> {
+    let namespace = host.namespace().unwrap_or_default();
+    let (deleted, what) = match &resident.owner {
+        Some(owner) => {
+            let machines: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.machine());
+            let deleted = machines.delete(owner, &DeleteParams::background()).await.map(|_| ());
+            (deleted, format!("Machine {owner}"))
+        }
+        None => {
+            let lvms: Api<LibvirtMachine> = Api::namespaced(ctx.client.clone(), &namespace);
+            let deleted = lvms
+                .delete(&resident.machine, &DeleteParams::background())
+                .await
+                .map(|_| ());
+            (deleted, format!("LibvirtMachine {}", resident.machine))
+        }
+    };
+    match deleted {
+        Ok(()) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(e) => return Err(ApiError::write("a machine for maintenance")(e).into()),
+    }
+    // Related to the machine, so each removal is its own Event rather than a repeat.
+    let machine = ObjectReference {
+        api_version: Some(LibvirtMachine::api_version(&()).into_owned()),
+        kind: Some(LibvirtMachine::kind(&()).into_owned()),
+        name: Some(resident.machine.clone()),
+        namespace: Some(namespace),
+        ..ObjectReference::default()
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "MaintenanceRemoving".to_owned(),
+        note: Some(format!(
+            "removing {what} (LibvirtMachine {}) for maintenance",
+            resident.machine
+        )),
+        action: "Maintenance".to_owned(),
+        secondary: Some(machine),
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &host.object_ref(&())).await {
+        tracing::warn!(error = %err, "could not publish the maintenance event");
+    }
+    Ok(())
 }
 
 /// A spot machine named for removal: a count, and an Event on the host that also refers to the
@@ -463,10 +565,9 @@ pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdo
         // A machine's allocation changes what is available on its host, and its removal may
         // be what the reclaim policy waits for.
         .watches_stream(machine_events, |machine| {
-            Some(
-                ObjectRef::<LibvirtHost>::new(&machine.spec.host_ref.name)
-                    .within(machine.namespace().as_deref().unwrap_or_default()),
-            )
+            machine.host_name().map(|host| {
+                ObjectRef::<LibvirtHost>::new(host).within(machine.namespace().as_deref().unwrap_or_default())
+            })
         })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let synced = {

@@ -97,7 +97,7 @@ pub fn candidates<'a>(host: &LibvirtHost, machines: impl IntoIterator<Item = &'a
     let name = host.name_any();
     machines
         .into_iter()
-        .filter(|m| m.namespace() == namespace && m.spec.host_ref.name == name)
+        .filter(|m| m.namespace() == namespace && m.host_name() == Some(name.as_str()))
         .filter(|m| m.status.as_ref().is_some_and(|s| s.allocated.is_some()))
         .filter_map(|m| {
             Some(Candidate {

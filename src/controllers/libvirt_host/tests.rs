@@ -38,7 +38,7 @@ fn probed_host_is_ready_with_capacity_minus_reservation() {
         &spec(),
         Some(2),
         &probed(),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:00:00Z"),
     );
     assert!(p.status.ready);
@@ -47,6 +47,8 @@ fn probed_host_is_ready_with_capacity_minus_reservation() {
         Some(HostCapacity {
             total_vcpus: 16,
             total_memory_mb: 31_560,
+            allocatable_vcpus: 14,
+            allocatable_memory_mb: 27_464,
             available_vcpus: 14,
             available_memory_mb: 27_464,
         })
@@ -93,7 +95,7 @@ fn host_key_refusal_reports_the_fingerprint_and_retries_sooner() {
         &spec(),
         None,
         &probed(),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:00:00Z"),
     );
     let down = plan(
@@ -105,7 +107,7 @@ fn host_key_refusal_reports_the_fingerprint_and_retries_sooner() {
             message: "host key differs".into(),
             observed_fingerprint: Some("SHA256:other".into()),
         }),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:01:00Z"),
     );
     assert!(!down.status.ready);
@@ -132,7 +134,7 @@ fn unchanged_host_does_not_rewrite_last_checked_within_half_an_interval() {
         &spec(),
         Some(1),
         &probed(),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:00:00Z"),
     );
     let soon = plan(
@@ -140,7 +142,7 @@ fn unchanged_host_does_not_rewrite_last_checked_within_half_an_interval() {
         &spec(),
         Some(1),
         &probed(),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:01:00Z"),
     );
     assert_eq!(first.status, soon.status, "no write, so no watch event, so no hot loop");
@@ -149,7 +151,7 @@ fn unchanged_host_does_not_rewrite_last_checked_within_half_an_interval() {
         &spec(),
         Some(1),
         &probed(),
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:05:00Z"),
     );
     assert_eq!(later.status.last_checked, Some(time("2026-01-01T00:05:00Z")));
@@ -171,7 +173,7 @@ fn the_load_goes_into_status_and_stays_when_a_check_fails() {
         &spec(),
         Some(1),
         &loaded,
-        &[],
+        &OnHost::default(),
         &time("2026-01-01T00:00:00Z"),
     );
     assert_eq!(p.status.load, Some(load.clone()));
@@ -181,7 +183,14 @@ fn the_load_goes_into_status_and_stays_when_a_check_fails() {
             message: "gone".into(),
         },
     ));
-    let p = plan(&p.status, &spec(), Some(1), &failed, &[], &time("2026-01-01T00:01:00Z"));
+    let p = plan(
+        &p.status,
+        &spec(),
+        Some(1),
+        &failed,
+        &OnHost::default(),
+        &time("2026-01-01T00:01:00Z"),
+    );
     assert_eq!(p.status.load, Some(load), "the last known load, like the capacity");
 }
 
@@ -233,13 +242,16 @@ fn under_pressure(status: &LibvirtHostStatus) -> Option<(&str, &str)> {
 #[test]
 fn a_reclaim_policy_samples_often_and_names_a_victim_once_the_pressure_lasts() {
     let spec = reclaiming_spec(serde_json::json!({"minFreeMemoryMB": 2048, "for": "10s"}));
-    let spot = [spot("a")];
+    let on_host = OnHost {
+        spot: vec![spot("a")],
+        ..OnHost::default()
+    };
     let fine = plan(
         &LibvirtHostStatus::default(),
         &spec,
         Some(1),
         &measured(8192),
-        &spot,
+        &on_host,
         &time("2026-01-01T00:00:00Z"),
     );
     assert_eq!(under_pressure(&fine.status), Some(("False", "WithinLimits")));
@@ -254,7 +266,7 @@ fn a_reclaim_policy_samples_often_and_names_a_victim_once_the_pressure_lasts() {
         &spec,
         Some(1),
         &measured(8000),
-        &spot,
+        &on_host,
         &time("2026-01-01T00:00:05Z"),
     );
     assert_eq!(next.status, fine.status);
@@ -264,7 +276,7 @@ fn a_reclaim_policy_samples_often_and_names_a_victim_once_the_pressure_lasts() {
         &spec,
         Some(1),
         &measured(1000),
-        &spot,
+        &on_host,
         &time("2026-01-01T00:00:07Z"),
     );
     assert_eq!(under_pressure(&low.status), Some(("False", "PressureBuilding")));
@@ -275,7 +287,7 @@ fn a_reclaim_policy_samples_often_and_names_a_victim_once_the_pressure_lasts() {
         &spec,
         Some(1),
         &measured(1000),
-        &spot,
+        &on_host,
         &time("2026-01-01T00:00:17Z"),
     );
     assert_eq!(under_pressure(&held.status), Some(("True", "MemoryPressure")));
@@ -292,7 +304,10 @@ fn a_bad_policy_is_named_and_no_policy_leaves_no_trace() {
         &bad_spec,
         Some(1),
         &measured(100),
-        &[spot("a")],
+        &OnHost {
+            spot: vec![spot("a")],
+            ..OnHost::default()
+        },
         &time("2026-01-01T00:00:00Z"),
     );
     assert_eq!(under_pressure(&bad.status), Some(("False", "InvalidReclaim")));
@@ -306,10 +321,58 @@ fn a_bad_policy_is_named_and_no_policy_leaves_no_trace() {
         &spec(),
         Some(2),
         &measured(100),
-        &[spot("a")],
+        &OnHost {
+            spot: vec![spot("a")],
+            ..OnHost::default()
+        },
         &time("2026-01-01T00:00:01Z"),
     );
     assert_eq!(under_pressure(&off.status), None);
     assert_eq!(off.status.reclaim, None);
     assert_eq!(off.requeue, Duration::from_secs(300));
+}
+
+#[test]
+fn a_small_host_whose_reservation_leaves_nothing_says_so() {
+    let two_cpus = Observation::Probed {
+        info: HostInfo {
+            cpus: 2,
+            memory_mib: 8192,
+            ..info()
+        },
+        fingerprint: None,
+        committed: Resources::default(),
+        measurement: None,
+    };
+    let p = plan(
+        &LibvirtHostStatus::default(),
+        &spec(),
+        Some(1),
+        &two_cpus,
+        &OnHost::default(),
+        &time("2026-01-01T00:00:00Z"),
+    );
+    let capacity = p.status.capacity.clone().unwrap();
+    assert_eq!((capacity.allocatable_vcpus, capacity.available_vcpus), (0, 0));
+    let ready = condition::find(&p.status.conditions, condition::READY).unwrap();
+    assert!(
+        ready
+            .message
+            .ends_with("reservedResources (2 vCPUs, 4096 MiB) and overcommit leave no vCPUs for machines"),
+        "{}",
+        ready.message
+    );
+    // Overcommit gives the small host something to offer.
+    let mut overcommitted = spec();
+    overcommitted.overcommit.cpu_ratio = crate::api::libvirt_host::Ratio(4.0);
+    overcommitted.reserved_resources.vcpus = 1;
+    let p = plan(
+        &LibvirtHostStatus::default(),
+        &overcommitted,
+        Some(1),
+        &two_cpus,
+        &OnHost::default(),
+        &time("2026-01-01T00:00:00Z"),
+    );
+    assert_eq!(p.status.capacity.unwrap().available_vcpus, 4);
 }

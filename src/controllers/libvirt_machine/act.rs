@@ -11,9 +11,7 @@ use kube::{
 };
 
 use super::{
-    Error, FINALIZER, HOST_RETRY, State,
-    admission::{self, Admitted},
-    api,
+    Error, FINALIZER, HOST_RETRY, State, admission, api,
     decide::{Decision, ProvisionPlan, Step, host_invalid_spec},
     plan, provision,
     status::{Outcome, Wait, current, paused, waiting, with_ready},
@@ -80,32 +78,42 @@ async fn provision(
 ) -> Result<Outcome, Error> {
     let ctx = &state.ctx;
     let now = &stamps.now;
-    // After admission, carry the written status (allocation, artifacts) into every later write.
+    let ProvisionPlan { hosts, root, payload } = plan;
+    // After admission, carry the written status (host, allocation, artifacts) into every later
+    // write.
     let admitted;
-    let machine = if current(machine).allocated.is_some() {
-        machine
+    let (machine, host) = if current(machine).allocated.is_some() {
+        let Some(host) = hosts.into_iter().next() else {
+            return Err(Error::Task("a provisioning plan without its host".to_owned()));
+        };
+        (machine, host)
     } else {
-        match admission::admit(machine, state, &plan.host, id, now).await? {
-            Admitted::Now(written) => {
+        match admission::admit_to_one(machine, state, hosts, id, now).await? {
+            Ok((written, host)) => {
                 let mut updated = machine.clone();
                 updated.status = Some(*written);
                 admitted = updated;
-                &admitted
+                (&admitted, host)
             }
-            Admitted::Wait(wait) => return Ok(waiting(machine, wait, now)),
+            Err(wait) => return Ok(waiting(machine, wait, now)),
         }
     };
     let Some(size) = current(machine).allocated else {
         return Err(Error::Task("admission recorded no allocation".to_owned()));
     };
-    let domain = match plan::domain(id, machine, &plan.host, size) {
-        Ok(domain) => domain,
+    let planned = plan::domain(id, machine, &host, size).and_then(|d| Ok((d, plan::data_disks(id, &machine.spec)?)));
+    let (domain, data_disks) = match planned {
+        Ok(planned) => planned,
         Err(e) => {
             let wait = Wait::new(host_invalid_spec(), e.to_string(), Action::await_change());
             return Ok(waiting(machine, wait, now));
         }
     };
-    let ProvisionPlan { host, root, payload } = plan;
+    let reservations = current(machine)
+        .managed_artifacts
+        .map(|a| a.dhcp_reservations)
+        .unwrap_or_default();
+    let read_addresses = plan::wants_leases(&machine.spec);
     let started = Instant::now();
     let called = state
         .shared
@@ -117,6 +125,9 @@ async fn provision(
                     root: &root,
                     domain: &domain,
                     ignition: &payload,
+                    data_disks: &data_disks,
+                    reservations: &reservations,
+                    read_addresses,
                 },
             )
         })
@@ -190,7 +201,7 @@ pub(super) fn outcome(
     status.initialization = Some(InfrastructureInitialization {
         provisioned: Some(true),
     });
-    status.addresses = plan::addresses(id, &machine.spec);
+    status.addresses = plan::addresses(id, &machine.spec, &done.addresses);
     status.node_name = Some(id.node_name.clone());
     status.domain_uuid = Some(id.uuid.hyphenated().to_string());
     status.domain_state = Some(done.domain.state.as_str().to_owned());

@@ -10,13 +10,15 @@ use super::{
 };
 use crate::{
     api::{
-        condition::{self, Status},
-        libvirt_host::{HostCondition, LibvirtHost},
+        common::LocalObjectReference,
+        condition::Status,
+        libvirt_host::LibvirtHost,
         libvirt_machine::{LibvirtMachine, LibvirtMachineStatus, MachineReason},
     },
     reconcile::{
         apply_status,
         host_connections::host_id,
+        host_pool,
         placement::{self, Admission, Candidate, Resources},
     },
 };
@@ -27,6 +29,39 @@ pub(super) enum Admitted {
     Now(Box<LibvirtMachineStatus>),
     /// Not now.
     Wait(Wait),
+}
+
+/// Admit the machine to the first of `hosts` that takes it: its own host, or a pool's hosts in
+/// the order [`host_pool::rank`] gives (the least allocated first). `Err` is why it waits.
+pub(super) async fn admit_to_one(
+    machine: &LibvirtMachine,
+    state: &State,
+    hosts: Vec<LibvirtHost>,
+    id: &plan::Identity,
+    now: &Time,
+) -> Result<Result<(Box<LibvirtMachineStatus>, LibvirtHost), Wait>, Error> {
+    let pooled = hosts.len() > 1;
+    let ranked = if pooled {
+        host_pool::rank(hosts, |h| state.shared.placement.committed(&host_id(h)))
+    } else {
+        hosts
+    };
+    let mut waits = Vec::new();
+    for host in ranked {
+        match admit(machine, state, &host, id, now).await? {
+            Admitted::Now(status) => return Ok(Ok((status, host))),
+            Admitted::Wait(wait) => waits.push((host.name_any(), wait)),
+        }
+    }
+    if !pooled && let Some((_, wait)) = waits.pop() {
+        return Ok(Err(wait));
+    }
+    let each: Vec<String> = waits.iter().map(|(host, w)| format!("{host}: {}", w.message)).collect();
+    Ok(Err(Wait::new(
+        MachineReason::WaitingForCapacity,
+        format!("no host of spec.hostSelector has room; {}", each.join("; ")),
+        Action::requeue(CAPACITY_RECHECK),
+    )))
 }
 
 /// Admit the machine to its host, or say why it waits. Holds the host's admission lock while
@@ -63,23 +98,24 @@ pub(super) async fn admit(
     // Admitted before, and the cache has not caught up: keep that admission.
     let admitted = placement.admitted(&host_key, &candidate.uid);
     if admitted.is_none()
-        && let Some(message) = owner_pressure(host)
+        && let Some(why) = crate::controllers::libvirt_host::maintenance::closed(host)
     {
-        // The host's owner needs it back: nothing new goes there until the pressure ends.
+        // In maintenance, or its owner needs it back: nothing new goes there meanwhile.
         return Ok(Admitted::Wait(Wait::new(
             MachineReason::WaitingForCapacity,
-            format!("the host's owner needs it back ({message}); new machines wait until the pressure ends"),
+            format!("{why}; new machines wait until that ends"),
             Action::requeue(CAPACITY_RECHECK),
         )));
     }
     let decision = match admitted {
         Some(size) => Admission::Admitted(size),
-        None => placement::decide(&candidate, &placement.waiting(&host_key), free),
+        None => placement::decide(&candidate, &placement.waiting(host), free),
     };
     match decision {
         Admission::Admitted(size) => {
             let allocated = size.allocated();
             let mut status = current(machine);
+            status.host_ref = Some(LocalObjectReference { name: host.name_any() });
             status.allocated = Some(allocated);
             status.managed_artifacts = Some(plan::artifacts(id, &machine.spec, host));
             let status = with_ready(
@@ -105,16 +141,8 @@ pub(super) async fn admit(
         }
         Admission::Wait(why) => Ok(Admitted::Wait(Wait::new(
             MachineReason::WaitingForCapacity,
-            why,
+            format!("{why} ({})", placement::describe_host(host)),
             Action::requeue(CAPACITY_RECHECK),
         ))),
     }
-}
-
-/// The host's `UnderPressure` message while it is True.
-fn owner_pressure(host: &LibvirtHost) -> Option<&str> {
-    let status = host.status.as_ref()?;
-    condition::find(&status.conditions, HostCondition::UnderPressure.as_str())
-        .filter(|c| c.status == Status::True.as_str())
-        .map(|c| c.message.as_str())
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kube::runtime::controller::Action;
+use kube::{ResourceExt, runtime::controller::Action};
 
 use super::{
     BOOTSTRAP_DATA_KEY, FINALIZER, HOST_RETRY,
@@ -36,8 +36,8 @@ pub(super) enum Step {
 /// Everything the host-side steps need that can be known before admission.
 #[derive(Debug)]
 pub(super) struct ProvisionPlan {
-    /// The ready host.
-    pub host: LibvirtHost,
+    /// The ready hosts admission may try: the bound one, or the usable hosts of the pool.
+    pub hosts: Vec<LibvirtHost>,
     /// The root disk to clone.
     pub root: RootDiskPlan,
     /// This VM's rendered Ignition.
@@ -103,7 +103,10 @@ pub(super) fn decide(
             Some(host) => Step::Watch(Box::new(host)),
             None => wait(
                 MachineReason::HostNotFound,
-                format!("LibvirtHost {:?} does not exist", machine.spec.host_ref.name),
+                format!(
+                    "LibvirtHost {:?} does not exist",
+                    machine.host_name().unwrap_or_default()
+                ),
                 Action::requeue(check_interval),
             ),
         }
@@ -113,9 +116,73 @@ pub(super) fn decide(
     Decision { claim, step }
 }
 
+/// The ready hosts the machine may go to: its own, or the usable hosts of its pool; or why it
+/// waits.
+fn ready_hosts(
+    machine: &LibvirtMachine,
+    host: Option<LibvirtHost>,
+    pool: Option<Result<Vec<LibvirtHost>, String>>,
+) -> Result<Vec<LibvirtHost>, Step> {
+    let pool = match (machine.host_name(), pool) {
+        (Some(name), _) => {
+            let Some(host) = host else {
+                return Err(wait(
+                    MachineReason::HostNotFound,
+                    format!("LibvirtHost {name:?} does not exist"),
+                    Action::await_change(),
+                ));
+            };
+            if !host.status.as_ref().is_some_and(|s| s.ready) {
+                return Err(wait(
+                    MachineReason::WaitingForHost,
+                    format!("LibvirtHost {name:?} is not ready"),
+                    Action::await_change(),
+                ));
+            }
+            return Ok(vec![host]);
+        }
+        (None, Some(Err(message))) => {
+            return Err(Step::Wait(Wait::new(
+                host_invalid_spec(),
+                message,
+                Action::await_change(),
+            )));
+        }
+        (None, Some(Ok(pool))) => pool,
+        (None, None) => Vec::new(),
+    };
+    if pool.is_empty() {
+        return Err(wait(
+            MachineReason::HostNotFound,
+            "no LibvirtHost matches spec.hostSelector (in the Machine's failure domain, if it names one)".to_owned(),
+            Action::await_change(),
+        ));
+    }
+    let (usable, unusable): (Vec<_>, Vec<_>) = pool
+        .into_iter()
+        .partition(|h| crate::reconcile::host_pool::unusable(h).is_none());
+    if usable.is_empty() {
+        let why: Vec<String> = unusable
+            .iter()
+            .map(|h| {
+                format!(
+                    "{} {}",
+                    h.name_any(),
+                    crate::reconcile::host_pool::unusable(h).unwrap_or_default()
+                )
+            })
+            .collect();
+        return Err(wait(
+            MachineReason::WaitingForHost,
+            format!("no host of spec.hostSelector can take machines: {}", why.join(", ")),
+            Action::await_change(),
+        ));
+    }
+    Ok(usable)
+}
+
 /// The next provisioning step: the first thing missing, or the plan.
 fn provision_step(machine: &LibvirtMachine, id: &Identity, owned: Owned) -> Step {
-    let host_name = &machine.spec.host_ref.name;
     let Some(data_secret) = owned.machine.data_secret_name.clone() else {
         return wait(
             MachineReason::WaitingForBootstrapData,
@@ -126,27 +193,17 @@ fn provision_step(machine: &LibvirtMachine, id: &Identity, owned: Owned) -> Step
             Action::await_change(),
         );
     };
-    let Some(host) = owned.host else {
-        return wait(
-            MachineReason::HostNotFound,
-            format!("LibvirtHost {host_name:?} does not exist"),
-            Action::await_change(),
-        );
+    let hosts = match ready_hosts(machine, owned.host, owned.pool) {
+        Ok(hosts) => hosts,
+        Err(step) => return step,
     };
-    if !host.status.as_ref().is_some_and(|s| s.ready) {
-        return wait(
-            MachineReason::WaitingForHost,
-            format!("LibvirtHost {host_name:?} is not ready"),
-            Action::await_change(),
-        );
-    }
     // Checked before admission, so a machine that cannot boot holds no capacity.
     let root = match plan::root_disk(id, &machine.spec) {
         Ok(root) => root,
         Err(e) => return Step::Wait(Wait::new(host_invalid_spec(), e.to_string(), Action::await_change())),
     };
     match payload(machine, id, &data_secret, owned.bootstrap) {
-        Ok(payload) => Step::Provision(Box::new(ProvisionPlan { host, root, payload })),
+        Ok(payload) => Step::Provision(Box::new(ProvisionPlan { hosts, root, payload })),
         Err(wait) => Step::Wait(wait),
     }
 }

@@ -43,7 +43,8 @@ pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Op
     }
     let ctx = &state.ctx;
     let namespace = machine.namespace().unwrap_or_default();
-    let host_key = (namespace.clone(), machine.spec.host_ref.name.clone());
+    // A machine that never got a host (an unplaced hostSelector) has nothing on any host.
+    let host_key = (namespace.clone(), machine.host_name().unwrap_or_default().to_owned());
     let uid = machine.uid().unwrap_or_default();
     let Some(artifacts) = current(machine).managed_artifacts else {
         // Never admitted: nothing exists on the host.
@@ -123,6 +124,12 @@ fn list(a: &ManagedArtifacts) -> String {
     ]
     .into_iter()
     .flatten()
+    .chain(a.additional_volumes.iter().map(|v| format!("volume {v}")))
+    .chain(
+        a.dhcp_reservations
+            .iter()
+            .map(|r| format!("DHCP host {} {} in network {}", r.mac, r.ip, r.network)),
+    )
     .collect::<Vec<_>>()
     .join(", ")
 }

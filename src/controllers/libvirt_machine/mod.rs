@@ -156,7 +156,11 @@ async fn reconcile(machine: Arc<LibvirtMachine>, state: Arc<State>) -> Result<Ac
 }
 
 /// Count what happened, then write the status when it changed and publish the Events.
-async fn publish(machine: &LibvirtMachine, state: &State, outcome: Outcome) -> Result<Action, Error> {
+async fn publish(machine: &LibvirtMachine, state: &State, mut outcome: Outcome) -> Result<Action, Error> {
+    // A machine admitted before admissions recorded the host gets it from its hostRef.
+    if outcome.status.allocated.is_some() && outcome.status.host_ref.is_none() {
+        outcome.status.host_ref.clone_from(&machine.spec.host_ref);
+    }
     for label in &outcome.counted {
         state.ctx.metrics.machine_events.with_label_values(&[label]).inc();
     }
@@ -170,9 +174,13 @@ async fn publish(machine: &LibvirtMachine, state: &State, outcome: Outcome) -> R
     Ok(outcome.action)
 }
 
-/// The machines on host `namespace/name`.
-fn machines_on_host(store: &Store<LibvirtMachine>, namespace: &str, name: &str) -> Vec<ObjectRef<LibvirtMachine>> {
-    refs_where(store, |m| m.spec.host_ref.name == name && in_namespace(m, namespace))
+/// The machines on `host`, and those of a host pool it is in still waiting for one.
+fn machines_on_host(store: &Store<LibvirtMachine>, host: &LibvirtHost) -> Vec<ObjectRef<LibvirtMachine>> {
+    let (namespace, name) = (host.namespace().unwrap_or_default(), host.name_any());
+    refs_where(store, |m| {
+        in_namespace(m, &namespace)
+            && (m.host_name() == Some(name.as_str()) || crate::reconcile::host_pool::queues_on(m, host))
+    })
 }
 
 /// The machines of cluster `namespace/name`.
@@ -209,7 +217,7 @@ pub async fn run(
         })
         // A host turning ready or freeing capacity unblocks its machines.
         .watches(ctx.watched_api::<LibvirtHost>(), watcher::Config::default(), move |h| {
-            machines_on_host(&by_host, h.namespace().as_deref().unwrap_or_default(), &h.name_any())
+            machines_on_host(&by_host, &h)
         })
         // Unpausing a Cluster resumes its machines.
         .watches_with(clusters, capi.cluster(), watcher::Config::default(), move |c| {

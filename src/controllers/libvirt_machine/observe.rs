@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::{ByteString, api::core::v1::Secret};
-use kube::{Api, ResourceExt, api::DynamicObject};
+use kube::{
+    Api, ResourceExt,
+    api::{DynamicObject, ListParams},
+};
 
 use super::Error;
 use crate::{
@@ -13,7 +16,7 @@ use crate::{
         libvirt_host::LibvirtHost,
         libvirt_machine::LibvirtMachine,
     },
-    reconcile::{Context, error::get_opt, owner},
+    reconcile::{Context, error::get_opt, host_pool, owner},
 };
 
 /// What exists around a machine that is not being deleted.
@@ -36,8 +39,11 @@ pub(super) enum Observed {
 pub(super) struct Owned {
     /// The owner Machine.
     pub machine: MachineView,
-    /// The LibvirtHost the spec names, if it exists.
+    /// The LibvirtHost the machine is bound to (by admission or `hostRef`), if it exists.
     pub host: Option<LibvirtHost>,
+    /// A machine with a `hostSelector` and no host yet: the hosts of its pool (matching, in the
+    /// Machine's failure domain), or why the selector cannot be used.
+    pub pool: Option<Result<Vec<LibvirtHost>, String>>,
     /// The bootstrap data Secret's contents, read only while provisioning can use them.
     pub bootstrap: Bootstrap,
 }
@@ -53,10 +59,37 @@ pub(super) enum Bootstrap {
     Found(BTreeMap<String, ByteString>),
 }
 
-/// The LibvirtHost `machine` names, if it exists.
+/// The LibvirtHost `machine` is bound to, if it has one and it exists.
 pub(super) async fn host_of(machine: &LibvirtMachine, ctx: &Context) -> Result<Option<LibvirtHost>, Error> {
+    let Some(name) = machine.host_name() else {
+        return Ok(None);
+    };
     let hosts = Api::<LibvirtHost>::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
-    Ok(get_opt(&hosts, &machine.spec.host_ref.name, "LibvirtHost").await?)
+    Ok(get_opt(&hosts, name, "LibvirtHost").await?)
+}
+
+/// The pool of a machine that has a `hostSelector` and no host yet (one list, filtered by the
+/// API server on the selector).
+async fn pool_of(
+    machine: &LibvirtMachine,
+    failure_domain: Option<&str>,
+    ctx: &Context,
+) -> Result<Option<Result<Vec<LibvirtHost>, String>>, Error> {
+    let selector = match host_pool::unbound_selector(machine) {
+        Ok(Some(selector)) => selector,
+        Ok(None) => return Ok(None),
+        Err(message) => return Ok(Some(Err(message))),
+    };
+    let hosts = Api::<LibvirtHost>::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
+    let listed = hosts
+        .list(&ListParams::default().labels_from(&selector))
+        .await
+        .map_err(crate::reconcile::ApiError::read("LibvirtHosts"))?;
+    Ok(Some(Ok(listed
+        .items
+        .into_iter()
+        .filter(|h| host_pool::in_pool(h, &selector, failure_domain))
+        .collect())))
 }
 
 /// Read what provisioning or watching `machine` needs.
@@ -78,8 +111,13 @@ pub(super) async fn observe(machine: &LibvirtMachine, ctx: &Context) -> Result<O
         return Ok(Observed::Paused);
     }
     let host = host_of(machine, ctx).await?;
+    let pool = pool_of(machine, capi_machine.failure_domain.as_deref(), ctx).await?;
     let provisioning = !machine.status.as_ref().is_some_and(|s| s.ready);
-    let host_ready = host.as_ref().and_then(|h| h.status.as_ref()).is_some_and(|s| s.ready);
+    let host_ready = match (&host, &pool) {
+        (Some(h), _) => h.status.as_ref().is_some_and(|s| s.ready),
+        (None, Some(Ok(hosts))) => hosts.iter().any(|h| host_pool::unusable(h).is_none()),
+        _ => false,
+    };
     let bootstrap = match &capi_machine.data_secret_name {
         Some(name) if provisioning && host_ready => {
             let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -93,6 +131,7 @@ pub(super) async fn observe(machine: &LibvirtMachine, ctx: &Context) -> Result<O
     Ok(Observed::Owned(Box::new(Owned {
         machine: capi_machine,
         host,
+        pool,
         bootstrap,
     })))
 }

@@ -7,13 +7,14 @@ use crate::{
         common::{MachineAddress, MachineAddressType},
         libvirt_host::LibvirtHost,
         libvirt_machine::{
-            AllocatedResources, CloneStrategy, DomainType, Firmware, LibvirtMachine, LibvirtMachineSpec,
-            ManagedArtifacts,
+            AllocatedResources, CloneStrategy, DhcpReservation, DomainType, Firmware, LibvirtMachine,
+            LibvirtMachineSpec, ManagedArtifacts, NetworkType,
         },
     },
     ignition::MachineFacts,
     libvirt::{
         domain_xml::{ConsolePlan, DiskPlan, DomainPlan, FirmwarePlan, InterfacePlan, default_system_nvram_path},
+        hypervisor::InterfaceAddress,
         identity,
         volume_xml::{VolumeFormat, ignition_volume_name, parse_quantity_bytes, root_volume_name},
         xml::XmlInputError,
@@ -29,8 +30,8 @@ pub struct Identity {
     pub uuid: Uuid,
     /// `libvirt:///<uuid>`.
     pub provider_id: String,
-    /// The NIC's MAC address.
-    pub mac: String,
+    /// Each interface's MAC address, in guest order: the spec's, or derived from the uid.
+    pub macs: Vec<String>,
 }
 
 /// The identity of `machine`; `None` when it has no uid yet (never the case for a stored object).
@@ -41,14 +42,23 @@ pub fn identity(machine: &LibvirtMachine) -> Option<Identity> {
         machine.metadata.namespace.as_deref().unwrap_or_default(),
         machine.metadata.name.as_deref().unwrap_or_default(),
     );
+    let interfaces = machine.spec.interfaces();
+    let mut macs: Vec<String> = Vec::new();
+    // Given MACs first, so a derived one never takes a MAC the spec names for a later NIC.
+    let given: Vec<String> = interfaces
+        .iter()
+        .filter_map(|n| n.mac_address.as_deref().map(str::to_ascii_lowercase))
+        .collect();
+    for (i, n) in interfaces.iter().enumerate() {
+        let mac = match &n.mac_address {
+            Some(m) => m.to_ascii_lowercase(),
+            None => identity::interface_mac(uuid, i, &[given.clone(), macs.clone()].concat()),
+        };
+        macs.push(mac);
+    }
     Some(Identity {
         provider_id: identity::provider_id(uuid),
-        mac: machine
-            .spec
-            .network
-            .mac_address
-            .as_deref()
-            .map_or_else(|| identity::mac_address(uuid), str::to_ascii_lowercase),
+        macs,
         node_name,
         uuid,
     })
@@ -72,6 +82,66 @@ pub fn console_volume_name(node_name: &str) -> String {
     format!("{node_name}-console.log")
 }
 
+/// Name of data disk `name`'s volume.
+#[must_use]
+pub fn data_volume_name(node_name: &str, name: &str) -> String {
+    format!("{node_name}-{name}.qcow2")
+}
+
+/// One `additionalDisks` volume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataDiskPlan {
+    /// Pool.
+    pub pool: String,
+    /// Volume name.
+    pub volume: String,
+    /// Virtual size, bytes.
+    pub size_bytes: u64,
+}
+
+/// The `additionalDisks` volumes, in spec order.
+pub fn data_disks(id: &Identity, spec: &LibvirtMachineSpec) -> Result<Vec<DataDiskPlan>, XmlInputError> {
+    spec.additional_disks
+        .iter()
+        .map(|d| {
+            Ok(DataDiskPlan {
+                pool: d
+                    .storage_pool
+                    .clone()
+                    .unwrap_or_else(|| spec.root_disk.storage_pool.clone()),
+                volume: data_volume_name(&id.node_name, &d.name),
+                size_bytes: parse_quantity_bytes(&d.size.0)?,
+            })
+        })
+        .collect()
+}
+
+/// The DHCP reservations this machine needs: one per `dhcp` interface on a libvirt network
+/// that names an address to reserve (without one, the network's DHCP range assigns).
+#[must_use]
+pub fn reservations(id: &Identity, spec: &LibvirtMachineSpec) -> Vec<DhcpReservation> {
+    spec.interfaces()
+        .into_iter()
+        .zip(&id.macs)
+        .filter(|(n, _)| n.dhcp && n.type_ == NetworkType::Network)
+        .filter_map(|(n, mac)| {
+            let address = n.addresses.first()?;
+            Some(DhcpReservation {
+                network: n.name.clone(),
+                mac: mac.clone(),
+                ip: address.split('/').next().unwrap_or(address).to_owned(),
+                hostname: Some(id.node_name.clone()),
+            })
+        })
+        .collect()
+}
+
+/// Whether any interface takes its address from DHCP (so `status.addresses` needs the leases).
+#[must_use]
+pub fn wants_leases(spec: &LibvirtMachineSpec) -> bool {
+    spec.interfaces().iter().any(|n| n.dhcp)
+}
+
 /// The host-side objects this machine owns, recorded before any is created so that deletion
 /// after a crash at any step removes exactly these.
 #[must_use]
@@ -84,20 +154,48 @@ pub fn artifacts(id: &Identity, spec: &LibvirtMachineSpec, host: &LibvirtHost) -
         ignition_volume: Some(pool_volume(pool, &ignition_volume_name(&id.node_name))),
         console_log: Some(pool_volume(pool, &console_volume_name(&id.node_name))),
         nvram_path: uefi_nvram.then(|| default_system_nvram_path(&id.node_name)),
+        additional_volumes: spec
+            .additional_disks
+            .iter()
+            .map(|d| {
+                let pool = d.storage_pool.as_deref().unwrap_or(pool);
+                pool_volume(pool, &data_volume_name(&id.node_name, &d.name))
+            })
+            .collect(),
+        dhcp_reservations: reservations(id, spec),
     }
 }
 
-/// Status addresses: each static address without its prefix as InternalIP, and the node name
-/// as InternalDNS and Hostname (OpenShift's CSR approver matches InternalDNS to the Node name).
+/// Status addresses: each static address without its prefix as InternalIP; for a DHCP
+/// interface the addresses libvirt reports for its MAC (`found`: leases or guest agent), else
+/// its reservation; then the node name as InternalDNS and Hostname (OpenShift's CSR approver
+/// matches InternalDNS to the Node name).
 #[must_use]
-pub fn addresses(id: &Identity, spec: &LibvirtMachineSpec) -> Vec<MachineAddress> {
-    let mut out: Vec<MachineAddress> = spec
-        .network
-        .addresses
-        .iter()
-        .map(|a| MachineAddress {
+pub fn addresses(id: &Identity, spec: &LibvirtMachineSpec, found: &[InterfaceAddress]) -> Vec<MachineAddress> {
+    let mut ips: Vec<String> = Vec::new();
+    for (n, mac) in spec.interfaces().into_iter().zip(&id.macs) {
+        let statics = n.addresses.iter().map(|a| a.split('/').next().unwrap_or(a).to_owned());
+        if n.dhcp {
+            let leased: Vec<String> = found
+                .iter()
+                .filter(|f| f.mac.eq_ignore_ascii_case(mac))
+                .map(|f| f.ip.clone())
+                .collect();
+            if leased.is_empty() {
+                ips.extend(statics);
+            } else {
+                ips.extend(leased);
+            }
+        } else {
+            ips.extend(statics);
+        }
+    }
+    ips.dedup();
+    let mut out: Vec<MachineAddress> = ips
+        .into_iter()
+        .map(|address| MachineAddress {
             type_: MachineAddressType::InternalIP,
-            address: a.split('/').next().unwrap_or(a).to_owned(),
+            address,
         })
         .collect();
     for type_ in [MachineAddressType::InternalDNS, MachineAddressType::Hostname] {
@@ -109,11 +207,14 @@ pub fn addresses(id: &Identity, spec: &LibvirtMachineSpec) -> Vec<MachineAddress
     out
 }
 
-/// The facts injected into this machine's Ignition.
+/// The facts injected into this machine's Ignition (every interface bound to its MAC).
 #[must_use]
 pub fn facts(id: &Identity, spec: &LibvirtMachineSpec) -> MachineFacts {
-    let mut facts = MachineFacts::from_spec(&id.node_name, &id.provider_id, &spec.network);
-    facts.network.mac_address = Some(id.mac.clone());
+    let mut facts = MachineFacts::from_spec(&id.node_name, &id.provider_id, &spec.interfaces());
+    let nics = std::iter::once(&mut facts.network).chain(facts.additional_networks.iter_mut());
+    for (nic, mac) in nics.zip(&id.macs) {
+        nic.mac_address = Some(mac.clone());
+    }
     facts
 }
 
@@ -195,12 +296,31 @@ pub fn domain(
             format: VolumeFormat::Qcow2,
             bus: spec.root_disk.bus,
         },
-        interface: InterfacePlan {
-            kind: spec.network.type_,
-            source: spec.network.name.clone(),
-            model: spec.network.model.clone(),
-            mac: id.mac.clone(),
-        },
+        additional_disks: spec
+            .additional_disks
+            .iter()
+            .map(|d| DiskPlan {
+                pool: d
+                    .storage_pool
+                    .clone()
+                    .unwrap_or_else(|| spec.root_disk.storage_pool.clone()),
+                volume: data_volume_name(&id.node_name, &d.name),
+                format: VolumeFormat::Qcow2,
+                bus: d.bus,
+            })
+            .collect(),
+        interfaces: spec
+            .interfaces()
+            .into_iter()
+            .zip(&id.macs)
+            .map(|(n, mac)| InterfacePlan {
+                kind: n.type_,
+                source: n.name.clone(),
+                model: n.model.clone(),
+                mac: mac.clone(),
+                mode: n.mode,
+            })
+            .collect(),
         console: ConsolePlan::PtyWithLog(String::new()),
         ignition_path: None,
         description: Some(format!(
@@ -253,12 +373,12 @@ pub(super) mod tests {
         let id = identity(&machine(serde_json::json!({}))).unwrap();
         assert_eq!(id.node_name, "spot-worker-01");
         assert_eq!(id.provider_id, "libvirt:///3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b");
-        assert!(id.mac.starts_with("52:54:00:"));
+        assert!(id.macs[0].starts_with("52:54:00:"));
         let given = identity(&machine(
             serde_json::json!({"spec": {"network": {"macAddress": "52:54:00:AA:BB:CC"}}}),
         ))
         .unwrap();
-        assert_eq!(given.mac, "52:54:00:aa:bb:cc");
+        assert_eq!(given.macs, ["52:54:00:aa:bb:cc"]);
         let mut no_uid = machine(serde_json::json!({}));
         no_uid.metadata.uid = None;
         assert!(identity(&no_uid).is_none());
@@ -288,7 +408,7 @@ pub(super) mod tests {
     fn addresses_carry_ip_dns_and_hostname() {
         let m = machine(serde_json::json!({}));
         let id = identity(&m).unwrap();
-        let a = addresses(&id, &m.spec);
+        let a = addresses(&id, &m.spec, &[]);
         let pairs: Vec<(MachineAddressType, &str)> = a.iter().map(|x| (x.type_, x.address.as_str())).collect();
         assert_eq!(
             pairs,

@@ -3,10 +3,13 @@
 //! finishes the job without duplicating anything:
 //!
 //! 1. the storage pool exists and is active; the base image exists;
-//! 2. the root volume exists (a qcow2 overlay on the base image, or a full copy);
-//! 3. unless the domain is already defined, the Ignition volume holds exactly this machine's
+//! 2. the root volume exists (a qcow2 overlay on the base image, or a full copy), and so does
+//!    each `additionalDisks` volume (empty, thin qcow2);
+//! 3. each DHCP reservation is in its libvirt network (an entry with our MAC and IP is ours;
+//!    any other clash is `AlreadyExists` and stops provisioning);
+//! 4. unless the domain is already defined, the Ignition volume holds exactly this machine's
 //!    payload (a leftover from an interrupted upload is replaced);
-//! 4. the domain is defined and running; a domain of that name with another UUID belongs to
+//! 5. the domain is defined and running; a domain of that name with another UUID belongs to
 //!    someone else and is never touched.
 //!
 //! [`teardown`] removes what [`super::plan::artifacts`] recorded, treating "not found" as done,
@@ -14,13 +17,15 @@
 
 use uuid::Uuid;
 
-use super::plan::{RootDiskPlan, console_volume_name, split_pool_volume};
+use super::plan::{DataDiskPlan, RootDiskPlan, console_volume_name, split_pool_volume};
 use crate::{
-    api::libvirt_machine::{CloneStrategy, MachineReason, ManagedArtifacts, Reason},
+    api::libvirt_machine::{CloneStrategy, DhcpReservation, MachineReason, ManagedArtifacts, Reason},
     libvirt::{
         domain_xml::{ConsolePlan, DomainPlan, DomainXml},
-        hypervisor::{DomainInfo, DomainState, HvResult, Hypervisor, HypervisorError, VolumeRef},
-        volume_xml::{VolumeFormat, full_clone_volume, ignition_volume, overlay_volume},
+        hypervisor::{
+            DhcpHost, DomainInfo, DomainState, HvResult, Hypervisor, HypervisorError, InterfaceAddress, VolumeRef,
+        },
+        volume_xml::{VolumeFormat, empty_qcow2_volume, full_clone_volume, ignition_volume, overlay_volume},
         xml::XmlInputError,
     },
     reconcile::host_connections::{Transient, hypervisor_reason},
@@ -96,6 +101,12 @@ pub struct Request<'a> {
     pub domain: &'a DomainPlan,
     /// This machine's rendered Ignition.
     pub ignition: &'a [u8],
+    /// The `additionalDisks` volumes.
+    pub data_disks: &'a [DataDiskPlan],
+    /// The DHCP reservations (already recorded in `status.managedArtifacts`).
+    pub reservations: &'a [DhcpReservation],
+    /// Whether to read the interfaces' addresses once the domain runs (DHCP interfaces).
+    pub read_addresses: bool,
 }
 
 /// What provisioning left running.
@@ -107,6 +118,8 @@ pub struct Provisioned {
     pub defined_now: bool,
     /// Whether this call started a stopped domain.
     pub started_now: bool,
+    /// The interfaces' addresses libvirt knows (only when the request asked for them).
+    pub addresses: Vec<InterfaceAddress>,
 }
 
 /// The domain `name` if it is ours; a foreign one is a conflict.
@@ -173,6 +186,41 @@ fn ensure_root_volume(hv: &dyn Hypervisor, root: &RootDiskPlan) -> Result<(), Pr
     }
 }
 
+fn ensure_data_disks(hv: &dyn Hypervisor, disks: &[DataDiskPlan]) -> Result<(), ProvisionError> {
+    for d in disks {
+        if hv.volume(&d.pool, &d.volume)?.is_some() {
+            continue;
+        }
+        match hv.create_volume(&d.pool, &empty_qcow2_volume(&d.volume, d.size_bytes)?) {
+            Ok(_) | Err(HypervisorError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The libvirt entry of a recorded reservation.
+#[must_use]
+pub fn dhcp_host(r: &DhcpReservation) -> DhcpHost {
+    DhcpHost {
+        mac: r.mac.to_ascii_lowercase(),
+        ip: r.ip.clone(),
+        name: r.hostname.clone(),
+    }
+}
+
+fn ensure_reservations(hv: &dyn Hypervisor, reservations: &[DhcpReservation]) -> Result<(), ProvisionError> {
+    for r in reservations {
+        let entry = dhcp_host(r);
+        let present = hv.dhcp_hosts(&r.network)?;
+        if present.iter().any(|h| h.mac == entry.mac && h.ip == entry.ip) {
+            continue;
+        }
+        hv.add_dhcp_host(&r.network, &entry)?;
+    }
+    Ok(())
+}
+
 /// The Ignition volume's path, after making sure it holds exactly `payload`.
 fn ensure_ignition(hv: &dyn Hypervisor, pool: &str, node_name: &str, payload: &[u8]) -> Result<String, ProvisionError> {
     let vol = ignition_volume(node_name, payload.len() as u64)?;
@@ -194,8 +242,18 @@ fn ensure_ignition(hv: &dyn Hypervisor, pool: &str, node_name: &str, payload: &[
 /// # Errors
 /// When a step fails; what exists stays, and a rerun continues from there.
 pub fn provision(hv: &dyn Hypervisor, req: &Request<'_>) -> Result<Provisioned, ProvisionError> {
+    let mut done = provision_domain(hv, req)?;
+    if req.read_addresses && done.domain.state.is_active() {
+        done.addresses = hv.interface_addresses(&req.domain.name)?;
+    }
+    Ok(done)
+}
+
+fn provision_domain(hv: &dyn Hypervisor, req: &Request<'_>) -> Result<Provisioned, ProvisionError> {
     let name = &req.domain.name;
     ensure_root_volume(hv, req.root)?;
+    ensure_data_disks(hv, req.data_disks)?;
+    ensure_reservations(hv, req.reservations)?;
     if let Some(existing) = our_domain(hv, name, req.domain.uuid)? {
         return ensure_running(hv, existing, false);
     }
@@ -219,6 +277,7 @@ pub fn provision(hv: &dyn Hypervisor, req: &Request<'_>) -> Result<Provisioned, 
             domain,
             defined_now: true,
             started_now: true,
+            addresses: Vec::new(),
         }),
         Err(HypervisorError::AlreadyExists { .. }) => match our_domain(hv, name, req.domain.uuid)? {
             Some(existing) => ensure_running(hv, existing, false),
@@ -238,6 +297,7 @@ fn ensure_running(hv: &dyn Hypervisor, domain: DomainInfo, defined_now: bool) ->
             domain,
             defined_now,
             started_now: false,
+            addresses: Vec::new(),
         });
     }
     hv.start(&domain.name)?;
@@ -249,6 +309,7 @@ fn ensure_running(hv: &dyn Hypervisor, domain: DomainInfo, defined_now: bool) ->
         domain,
         defined_now,
         started_now: true,
+        addresses: Vec::new(),
     })
 }
 
@@ -283,7 +344,9 @@ fn volumes(artifacts: &ManagedArtifacts) -> impl Iterator<Item = (&str, &str)> {
         &artifacts.console_log,
     ]
     .into_iter()
-    .filter_map(|v| v.as_deref().and_then(split_pool_volume))
+    .filter_map(|v| v.as_deref())
+    .chain(artifacts.additional_volumes.iter().map(String::as_str))
+    .filter_map(split_pool_volume)
 }
 
 /// Remove the domain (if ours) with its NVRAM, then every recorded volume.
@@ -311,6 +374,12 @@ pub fn teardown(hv: &dyn Hypervisor, artifacts: &ManagedArtifacts, uuid: Uuid) -
     for (pool, volume) in volumes(artifacts) {
         delete_volume_if_present(hv, pool, volume)?;
     }
+    for r in &artifacts.dhcp_reservations {
+        match hv.remove_dhcp_host(&r.network, &dhcp_host(r)) {
+            Err(e) if !e.is_not_found() => return Err(e.into()),
+            _ => {}
+        }
+    }
     Ok(())
 }
 
@@ -329,6 +398,17 @@ pub fn leftovers(hv: &dyn Hypervisor, artifacts: &ManagedArtifacts, uuid: Uuid) 
         match hv.volume(pool, volume) {
             Ok(Some(_)) => left.push(format!("volume {pool}/{volume}")),
             Ok(None) | Err(HypervisorError::StoragePoolNotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for r in &artifacts.dhcp_reservations {
+        let entry = dhcp_host(r);
+        match hv.dhcp_hosts(&r.network) {
+            Ok(hosts) if hosts.iter().any(|h| h.mac == entry.mac && h.ip == entry.ip) => {
+                left.push(format!("DHCP host {} {} in network {}", r.mac, r.ip, r.network));
+            }
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
         }
     }

@@ -134,12 +134,20 @@ pub(super) async fn check(
         .hosts
         .call(&ctx.client, host, move |hv| inspect_and_restart(hv, &name, uuid))
         .await?;
-    Ok(outcome(
+    let mut out = outcome(
         machine,
         id,
         &host.name_any(),
         called,
         ctx.settings.domain_check_interval,
         &ctx.timestamp(),
-    ))
+    );
+    if plan::wants_leases(&machine.spec) && out.status.domain_state.as_deref() == Some("running") {
+        let name = id.node_name.clone();
+        let read = move |hv: &dyn Hypervisor| Ok::<_, ProvisionError>(hv.interface_addresses(&name)?);
+        if let HostCall::Ran { result: Ok(found), .. } = state.shared.hosts.call(&ctx.client, host, read).await? {
+            out.status.addresses = plan::addresses(id, &machine.spec, &found);
+        }
+    }
+    Ok(out)
 }

@@ -20,7 +20,9 @@ fn facts(addrs: &[&str]) -> MachineFacts {
             nameservers: vec![],
             search_domains: vec![],
             mac_address: None,
+            dhcp: false,
         },
+        additional_networks: vec![],
     }
 }
 
@@ -457,4 +459,30 @@ proptest! {
     fn arbitrary_bytes_in_valid_config_or_error_out(data in prop::collection::vec(any::<u8>(), 0..256)) {
         check_outcome(&data)?;
     }
+}
+
+#[test]
+fn every_interface_gets_its_own_keyfile() {
+    let mut f = v4();
+    let mut second = f.network.clone();
+    second.interface_name = "enp2s0".into();
+    second.addresses = vec![];
+    second.gateway = None;
+    second.nameservers = vec![];
+    second.dhcp = true;
+    f.additional_networks.push(second);
+    let (_, v) = rendered(r#"{"ignition":{"version":"3.4.0"}}"#, &f);
+    assert_eq!(
+        keyfile_of(&v, "enp1s0").get("ipv4", "address1"),
+        Some("192.168.122.50/24,192.168.122.1")
+    );
+    let dhcp = keyfile_of(&v, "enp2s0");
+    assert_eq!(dhcp.get("ipv4", "method"), Some("auto"));
+    assert_eq!(dhcp.get("connection", "interface-name"), Some("enp2s0"));
+    assert_eq!(entries(&v, "files", "/etc/hostname").len(), 1);
+
+    let mut dup = f.clone();
+    dup.additional_networks[0].interface_name = "enp1s0".into();
+    let e = render(br#"{"ignition":{"version":"3.4.0"}}"#, &dup).unwrap_err();
+    assert!(e.to_string().contains("networks[1].interfaceName"), "{e}");
 }

@@ -264,8 +264,8 @@ fn domain_lifecycle_leaves_nothing_behind() {
 fn bridge_and_pty_variants_define_on_the_test_driver() {
     let f = Fixture::new();
     let mut p = plan(&f, "w2");
-    p.interface.kind = crate::api::libvirt_machine::NetworkType::Bridge;
-    p.interface.source = "br0".into();
+    p.interfaces[0].kind = crate::api::libvirt_machine::NetworkType::Bridge;
+    p.interfaces[0].source = "br0".into();
     p.console = ConsolePlan::PtyWithLog(f.dir.path().join("w2.log").display().to_string());
     p.root_disk.bus = crate::api::libvirt_machine::DiskBus::Scsi;
     p.firmware = FirmwarePlan::UefiAuto { secure_boot: true };
@@ -402,4 +402,57 @@ fn versions_are_formatted() {
     assert_eq!(version_string(9_000_000), "9.0.0");
     assert_eq!(version_string(10_000_002), "10.0.2");
     assert_eq!(version_string(8_010_003), "8.10.3");
+}
+
+#[test]
+fn dhcp_hosts_direct_nics_data_disks_and_addresses_on_the_test_driver() {
+    let f = Fixture::new();
+    let entry = DhcpHost {
+        mac: "52:54:00:ab:cd:01".into(),
+        ip: "192.168.122.50".into(),
+        name: Some("w9".into()),
+    };
+    assert!(f.hv.dhcp_hosts("default").unwrap().is_empty());
+    f.hv.add_dhcp_host("default", &entry).unwrap();
+    assert_eq!(f.hv.dhcp_hosts("default").unwrap(), std::slice::from_ref(&entry));
+    let mut clash = entry.clone();
+    clash.mac = "52:54:00:00:00:09".into();
+    clash.name = None;
+    let e = f.hv.add_dhcp_host("default", &clash).unwrap_err();
+    assert!(matches!(e, HypervisorError::AlreadyExists { .. }), "{e:?}");
+    f.hv.remove_dhcp_host("default", &entry).unwrap();
+    assert!(f.hv.remove_dhcp_host("default", &entry).unwrap_err().is_not_found());
+    assert!(f.hv.dhcp_hosts("nowhere").unwrap_err().is_not_found());
+
+    let mut p = plan(&f, "w9");
+    f.hv.create_volume(
+        "pool1",
+        &crate::libvirt::volume_xml::empty_qcow2_volume("w9-data.qcow2", 1 << 30).unwrap(),
+    )
+    .unwrap();
+    p.additional_disks.push(crate::libvirt::domain_xml::DiskPlan {
+        pool: "pool1".into(),
+        volume: "w9-data.qcow2".into(),
+        format: VolumeFormat::Qcow2,
+        bus: crate::api::libvirt_machine::DiskBus::Virtio,
+    });
+    p.interfaces.push(crate::libvirt::domain_xml::InterfacePlan {
+        kind: crate::api::libvirt_machine::NetworkType::Direct,
+        source: "eth0".into(),
+        model: "virtio".into(),
+        mac: "52:54:00:ab:cd:02".into(),
+        mode: Some(crate::api::libvirt_machine::DirectMode::Bridge),
+    });
+    assert_eq!(
+        f.hv.define_and_start(&p.to_xml().unwrap()).unwrap().state,
+        DomainState::Running
+    );
+    let found = f.hv.interface_addresses("w9").unwrap();
+    assert!(
+        found
+            .iter()
+            .any(|a| a.mac == "52:54:00:ab:cd:01" && a.ip.starts_with("192.168.122.")),
+        "{found:?}"
+    );
+    assert!(f.hv.interface_addresses("gone").unwrap_err().is_not_found());
 }

@@ -123,6 +123,35 @@ fn offered_is_total_minus_reservation_clamped() {
 }
 
 #[test]
+fn overcommit_scales_what_is_left_after_the_reservation() {
+    let spec: LibvirtHostSpec = serde_json::from_value(serde_json::json!({
+        "uri": "test:///default",
+        "reservedResources": {"vcpus": 1, "memoryMB": 1024},
+        "overcommit": {"cpuRatio": 2.5, "memoryRatio": 0.5}
+    }))
+    .unwrap();
+    // (4 - 1) * 2.5 = 7.5, rounded down; (8192 - 1024) * 0.5.
+    assert_eq!(
+        offered_from(&spec, 4, 8192),
+        Resources {
+            vcpus: 7,
+            memory_mib: 3584
+        }
+    );
+    let host: LibvirtHost = serde_json::from_value(serde_json::json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "LibvirtHost",
+        "metadata": {"name": "small", "namespace": "ns"},
+        "spec": spec,
+        "status": {"capacity": {"totalVCPUs": 4, "totalMemoryMB": 8192, "availableVCPUs": 7, "availableMemoryMB": 3584}}
+    }))
+    .unwrap();
+    assert_eq!(
+        describe_host(&host),
+        "host small: 4 vCPUs and 8192 MiB in all, reservedResources 1 vCPUs and 1024 MiB, overcommit cpuRatio 2.5 and memoryRatio 0.5"
+    );
+}
+
+#[test]
 fn priority_label_is_read_and_bad_values_count_as_zero() {
     let mut m: LibvirtMachine = serde_json::from_value(serde_json::json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",

@@ -15,6 +15,8 @@
 
 mod kill_switch;
 mod lead_time;
+mod maintenance;
+mod networking;
 mod reclaim;
 mod seed_flow;
 

@@ -27,6 +27,7 @@ use crate::{
     },
     reconcile::host_connections::{Failure, HostCall},
 };
+use kube::ResourceExt;
 
 const INTERVAL: Duration = Duration::from_secs(60);
 const IGNITION: &str = r#"{"ignition":{"version":"3.4.0"}}"#;
@@ -78,6 +79,7 @@ fn capi_machine(data_secret: Option<&str>) -> MachineView {
         phase: None,
         node_name: None,
         deleting: false,
+        failure_domain: None,
     }
 }
 
@@ -85,8 +87,25 @@ fn owned(host: Option<LibvirtHost>, data_secret: Option<&str>, bootstrap: Bootst
     Observed::Owned(Box::new(Owned {
         machine: capi_machine(data_secret),
         host,
+        pool: None,
         bootstrap,
     }))
+}
+
+/// A machine choosing from a pool (no host of its own), with the pool as observed.
+fn pooled(pool: Result<Vec<LibvirtHost>, String>) -> (LibvirtMachine, Observed) {
+    let mut m = claimed(json!({"spec": {"hostSelector": {"matchLabels": {"pool": "lab"}}}}));
+    m.spec.host_ref = None;
+    let Observed::Owned(mut o) = owned(None, Some("s"), secret(&[("value", IGNITION)])) else {
+        unreachable!()
+    };
+    o.pool = Some(pool);
+    (m, Observed::Owned(o))
+}
+
+fn named(mut h: LibvirtHost, name: &str) -> LibvirtHost {
+    h.metadata.name = Some(name.to_owned());
+    h
 }
 
 fn secret(entries: &[(&str, &str)]) -> Bootstrap {
@@ -208,6 +227,43 @@ fn a_ready_host_and_valid_data_give_a_plan_with_this_vms_ignition() {
 }
 
 #[test]
+fn a_pool_machine_plans_with_every_usable_host_and_waits_naming_why_otherwise() {
+    let (m, observed) = pooled(Ok(vec![
+        named(host(true), "a"),
+        named(host(false), "b"),
+        named(host(true), "c"),
+    ]));
+    let Step::Provision(plan) = decide(&m, &id(&m), observed, INTERVAL).step else {
+        panic!("expected a plan");
+    };
+    let names: Vec<String> = plan.hosts.iter().map(ResourceExt::name_any).collect();
+    assert_eq!(names, ["a", "c"], "the host that is not ready is left out");
+
+    let (m, observed) = pooled(Ok(vec![named(host(false), "b")]));
+    let Step::Wait(w) = decide(&m, &id(&m), observed, INTERVAL).step else {
+        panic!("expected a wait");
+    };
+    assert_eq!(w.reason, Reason::Machine(MachineReason::WaitingForHost));
+    assert!(w.message.ends_with("b not ready"), "{}", w.message);
+
+    let (m, observed) = pooled(Ok(Vec::new()));
+    let Step::Wait(w) = decide(&m, &id(&m), observed, INTERVAL).step else {
+        panic!("expected a wait");
+    };
+    assert_eq!(w.reason, Reason::Machine(MachineReason::HostNotFound));
+    assert!(w.message.contains("spec.hostSelector"), "{}", w.message);
+
+    let (m, observed) = pooled(Err("spec.hostSelector: bad operator".to_owned()));
+    let Step::Wait(w) = decide(&m, &id(&m), observed, INTERVAL).step else {
+        panic!("expected a wait");
+    };
+    assert_eq!(
+        (w.reason, w.message.as_str()),
+        (host_invalid_spec(), "spec.hostSelector: bad operator")
+    );
+}
+
+#[test]
 fn a_provisioned_machine_is_watched_or_told_its_host_is_gone() {
     let m = claimed(json!({"status": {"ready": true}}));
     let d = decide(
@@ -250,6 +306,9 @@ fn provision_on(hv: &FakeHypervisor, m: &LibvirtMachine) -> Outcome {
             root: &root,
             domain: &domain,
             ignition: IGNITION.as_bytes(),
+            data_disks: &[],
+            reservations: &[],
+            read_addresses: false,
         },
     );
     let called = HostCall::Ran {

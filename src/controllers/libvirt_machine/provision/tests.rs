@@ -62,6 +62,9 @@ fn run_with(hv: &FakeHypervisor, root: &RootDiskPlan, ignition: &[u8]) -> Result
             root,
             domain: &domain(),
             ignition,
+            data_disks: &[],
+            reservations: &[],
+            read_addresses: false,
         },
     )
 }
@@ -78,6 +81,8 @@ fn artifacts() -> ManagedArtifacts {
         ignition_volume: Some(pool_volume(POOL, &ignition_volume_name(NAME))),
         console_log: Some(pool_volume(POOL, &console_volume_name(NAME))),
         nvram_path: None,
+        additional_volumes: vec![],
+        dhcp_reservations: vec![],
     }
 }
 
@@ -353,4 +358,81 @@ fn teardown_twice_and_after_a_failure_is_fine() {
         leftovers(&gone, &a, uuid()).unwrap().is_empty(),
         "a removed pool counts as done"
     );
+}
+
+fn reservation() -> DhcpReservation {
+    DhcpReservation {
+        network: "default".into(),
+        mac: "52:54:00:ab:cd:01".into(),
+        ip: "192.168.122.50".into(),
+        hostname: Some(NAME.into()),
+    }
+}
+
+#[test]
+fn data_disks_and_reservations_are_made_once_read_back_and_torn_down() {
+    let hv = host().with_network("default");
+    let disks = [DataDiskPlan {
+        pool: POOL.into(),
+        volume: format!("{NAME}-data.qcow2"),
+        size_bytes: 50 << 30,
+    }];
+    let reservations = [reservation()];
+    let found = vec![InterfaceAddress {
+        mac: "52:54:00:ab:cd:01".into(),
+        ip: "192.168.122.50".into(),
+    }];
+    let (root, domain) = (root(), domain());
+    let req = |read_addresses| Request {
+        root: &root,
+        domain: &domain,
+        ignition: IGNITION,
+        data_disks: &disks,
+        reservations: &reservations,
+        read_addresses,
+    };
+    let first = provision(&hv, &req(false)).unwrap();
+    assert!(first.addresses.is_empty(), "not asked for");
+    hv.set_interface_addresses(NAME, found.clone());
+    let again = provision(&hv, &req(true)).unwrap();
+    assert_eq!(again.addresses, found);
+    assert_eq!(hv.calls(Op::AddDhcpHost), 1, "a rerun finds its own entry");
+    assert_eq!(hv.dhcp_entries("default"), [dhcp_host(&reservation())]);
+    assert_eq!(hv.volume(POOL, &disks[0].volume).unwrap().unwrap().capacity, 50 << 30);
+
+    let mut recorded = artifacts();
+    recorded.additional_volumes = vec![pool_volume(POOL, &disks[0].volume)];
+    recorded.dhcp_reservations = reservations.to_vec();
+    assert_eq!(leftovers(&hv, &recorded, uuid()).unwrap().len(), 5);
+    teardown(&hv, &recorded, uuid()).unwrap();
+    assert!(hv.dhcp_entries("default").is_empty());
+    assert_eq!(leftovers(&hv, &recorded, uuid()).unwrap(), Vec::<String>::new());
+    teardown(&hv, &recorded, uuid()).unwrap();
+}
+
+#[test]
+fn a_reservation_clashing_with_someone_elses_entry_stops_before_the_domain() {
+    let hv = host().with_network("default");
+    let mut theirs = dhcp_host(&reservation());
+    theirs.mac = "52:54:00:99:99:99".into();
+    hv.add_dhcp_host("default", &theirs).unwrap();
+    let reservations = [reservation()];
+    let err = provision(
+        &hv,
+        &Request {
+            root: &root(),
+            domain: &domain(),
+            ignition: IGNITION,
+            data_disks: &[],
+            reservations: &reservations,
+            read_addresses: false,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.reason().as_str(), "AlreadyExists");
+    assert!(hv.domains().is_empty());
+    let mut recorded = artifacts();
+    recorded.dhcp_reservations = reservations.to_vec();
+    teardown(&hv, &recorded, uuid()).unwrap();
+    assert_eq!(hv.dhcp_entries("default"), [theirs], "someone else's entry stays");
 }
