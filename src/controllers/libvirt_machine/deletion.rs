@@ -73,7 +73,7 @@ pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Op
         );
         return Ok(Some(stalled(machine, MachineReason::HostNotFound, message, &now)));
     };
-    let machine = &match power_off(machine, state, &host, &artifacts, uuid, &now).await? {
+    let machine = &*match power_off(machine, state, &host, &artifacts, uuid, &now).await? {
         Powered::Off(machine) => machine,
         Powered::Wait(outcome) => return Ok(Some(*outcome)),
     };
@@ -107,7 +107,7 @@ pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Op
 /// Where the power-off left the deletion.
 enum Powered {
     /// The domain is off: tear down `machine` (its status carries a request made this pass).
-    Off(LibvirtMachine),
+    Off(Box<LibvirtMachine>),
     /// Not yet: write this and look again.
     Wait(Box<Outcome>),
 }
@@ -137,7 +137,7 @@ async fn power_off(
         }
     };
     let Some(name) = artifacts.domain_name.clone().filter(|_| plan != power_off::Plan::Hard) else {
-        return Ok(Powered::Off(machine.clone()));
+        return Ok(Powered::Off(Box::new(machine.clone())));
     };
     let domain = name.clone();
     let called = state
@@ -169,7 +169,7 @@ async fn power_off(
         power_off::Power::Stopping { .. } => {
             Powered::Wait(Box::new(power_off::stopping(&machine, &name, plan.remaining(), now)))
         }
-        power_off::Power::Off { .. } | power_off::Power::Destroyed(_) => Powered::Off(machine),
+        power_off::Power::Off { .. } | power_off::Power::Destroyed(_) => Powered::Off(Box::new(machine)),
     })
 }
 

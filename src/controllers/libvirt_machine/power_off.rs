@@ -2,14 +2,14 @@
 //!
 //! `Hard` (or a zero timeout) leaves it to the teardown, which destroys the domain at once.
 //! `Graceful` presses the ACPI power button once and records when in
-//! `status.shutdownRequestedAt`; deletion then looks again every few seconds (a requeue, never a
+//! `status.shutdownRequestedAt` (to the second, rounded up); deletion then looks again every few seconds (a requeue, never a
 //! sleep) until the domain is off, or destroys it once `timeout` has passed since the request.
 //! The request time lives in the status, so a manager restart neither asks again nor restarts
 //! the clock. A driver that cannot send ACPI at all gets its domain destroyed at once.
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 use kube::runtime::{controller::Action, events::EventType};
 use uuid::Uuid;
 
@@ -177,12 +177,16 @@ pub(super) fn announcement(
     }
 }
 
-/// `status.shutdownRequestedAt` set to `now` when this pass pressed the power button.
+/// `status.shutdownRequestedAt` set when this pass pressed the power button: `now` rounded up
+/// to the second, since the API keeps timestamps to the second and a time rounded down would
+/// cut the guest's timeout short.
 pub(super) fn recorded(machine: &LibvirtMachine, power: &Power, now: &Time) -> LibvirtMachine {
     let mut updated = machine.clone();
     if let Power::Off { asked_now: true } | Power::Stopping { asked_now: true } = power {
+        let millis = now.0.as_millisecond();
+        let second = millis.div_euclid(1000) + i64::from(millis.rem_euclid(1000) > 0);
         let mut status = current(machine);
-        status.shutdown_requested_at = Some(now.clone());
+        status.shutdown_requested_at = Some(Time(Timestamp::from_second(second).unwrap_or(now.0)));
         updated.status = Some(status);
     }
     updated

@@ -15,6 +15,7 @@
 
 mod kill_switch;
 mod lead_time;
+mod power_off;
 mod reclaim;
 mod seed_flow;
 

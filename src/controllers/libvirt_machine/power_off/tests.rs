@@ -233,12 +233,19 @@ fn each_power_action_has_its_event_and_metric_label() {
 
 #[test]
 fn waiting_records_the_request_once_and_rewrites_nothing_on_later_passes() {
-    let now = at("2026-12-01T12:00:00Z");
     let m = machine(json!({"metadata": {"generation": 1},
         "status": {"conditions": [{"type": "CleanupStalled", "status": "True", "reason": "ConnectionFailed",
             "message": "cannot reach", "lastTransitionTime": "2026-12-01T11:00:00Z"}]}}));
-    let asked = recorded(&m, &Power::Stopping { asked_now: true }, &now);
+    // Stored to the second, rounded up: the guest never gets less than its timeout.
+    let asked = recorded(
+        &m,
+        &Power::Stopping { asked_now: true },
+        &at("2026-12-01T11:59:59.250Z"),
+    );
+    let now = at("2026-12-01T12:00:00Z");
     assert_eq!(current(&asked).shutdown_requested_at, Some(now.clone()));
+    let whole = recorded(&m, &Power::Off { asked_now: true }, &now);
+    assert_eq!(current(&whole).shutdown_requested_at, Some(now.clone()));
     assert_eq!(
         recorded(&m, &Power::Stopping { asked_now: false }, &now).status,
         m.status,
