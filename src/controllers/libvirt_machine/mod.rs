@@ -16,8 +16,8 @@
 //! `WaitingForCapacity`, a connection failure (`HostKeyMismatch`, `ConnectionFailed`, …),
 //! `StoragePoolNotFound`, `StoragePoolInactive`, `BaseImageNotFound`, `RootDiskTooSmall`,
 //! `InvalidSpec`, `DomainNameConflict`, `LibvirtError`; then `DomainRunning`, or after
-//! provisioning `DomainMissing`, `DomainNotRunning` and `HostUnreachable`. `Paused` has its own
-//! condition.
+//! provisioning `DomainMissing`, `DomainNotRunning`, `DomainShutDown` and `HostUnreachable`;
+//! while deleting `Deleting`, `ShuttingDown`. `Paused` has its own condition.
 //!
 //! Once provisioned the domain is checked every `--domain-check-interval-seconds` ([`watch`]): a
 //! stopped domain is started again, announced by why it stopped (Warning Event `DomainShutDown`

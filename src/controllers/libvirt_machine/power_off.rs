@@ -114,8 +114,8 @@ pub(super) enum Forced {
     Refused(String),
 }
 
-/// Carry out `plan` on domain `name` (blocking: run on the host's thread). `Hard` never gets
-/// here.
+/// Carry out `plan` on domain `name` (blocking: run on the host's thread); `Hard` touches
+/// nothing and leaves the destroy to the teardown.
 ///
 /// # Errors
 /// Connection trouble, or a refused request or destroy; a rerun picks up from the status.
