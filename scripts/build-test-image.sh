@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build the tiny UEFI test disk image that caplv's system tests boot as worker VMs. It only
-# proves Ignition delivery: /init reads opt/com.coreos/config from QEMU fw_cfg, prints
-# "CAPLV-PROBE: ..." lines on ttyS0, then idles (never powers off: caplv restarts shut-off VMs).
+# Build the tiny UEFI test disk image that caplv's system tests boot as worker VMs. It proves
+# Ignition delivery: /init reads opt/com.coreos/config from QEMU fw_cfg, prints
+# "CAPLV-PROBE: ..." lines on ttyS0, then idles. Like a real OS it powers off when its ACPI
+# power button is pressed (a Graceful deletion, `virsh shutdown`), and never otherwise.
 # Layout: 64 MiB GPT disk with one FAT ESP holding \EFI\BOOT\BOOTX64.EFI, a unified kernel
 # image (systemd-stub + Debian kernel + busybox initramfs + cmdline).
 #
@@ -108,6 +109,13 @@ stty -onlcr  # bare LF line ends, so probe lines match exactly
 say() { echo "CAPLV-PROBE: $*"; }
 while read -r m; do insmod "/lib/modules/$m.ko" || say "error insmod $m"; done </lib/modules/load-order
 
+# The ACPI power button powers off at once (nothing here needs stopping): the first event on
+# its input device ends the wait.
+for ev in /sys/class/input/event*; do
+  [ "$(cat "$ev/device/name" 2>/dev/null)" = "Power Button" ] || continue
+  (dd if="/dev/input/${ev##*/}" of=/dev/null bs=24 count=1 2>/dev/null && poweroff -f) &
+done
+
 # Contents of storage file $1 from /tmp/files ("path<TAB>compression<TAB>data URL" lines).
 # URLs are "data:,<percent-encoded>" or "data:[...];base64,<base64>".
 file_body() {
@@ -157,7 +165,7 @@ probe() {
 
 probe
 say done
-while :; do sleep 3600; done # never exit or power off: caplv would restart the VM
+while :; do sleep 3600; done # never exit: only the power button powers off
 EOF
   chmod 755 "$1"
 }
@@ -172,6 +180,8 @@ build_initramfs() {
     [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
   done
   add_module "$1" qemu_fw_cfg "$root"
+  add_module "$1" evdev "$root"  # /dev/input/event*, for the power button
+  add_module "$1" button "$root" # the ACPI power button's input device
   write_init "$root/init"
   (cd "$root" && find . | sort | "$root/bin/busybox" cpio -o -H newc -R 0:0) | gzip -9n >"$3"
 }
@@ -229,7 +239,8 @@ main() {
   trap 'rm -rf "$work"' EXIT
   log "building from ${pkgs[*]}"
   kdeb=$(compgen -G "$dir/${pkgs[0]%%=*}_*.deb")
-  kernel_extract "$kdeb" './boot/vmlinuz-*' '*/qemu_fw_cfg.ko*' # one pass for both
+  # One pass for the kernel and every module the initramfs loads.
+  kernel_extract "$kdeb" './boot/vmlinuz-*' '*/qemu_fw_cfg.ko*' '*/input/evdev.ko*' '*/acpi/button.ko*'
   dpkg-deb -x "$(compgen -G "$dir/systemd-boot-efi_*.deb")" "$work/sb"
   build_initramfs "$kdeb" "$(compgen -G "$dir/busybox-static_*.deb")" "$work/initrd.img"
   vmlinuz=$(compgen -G "$work/kx/boot/vmlinuz-*")

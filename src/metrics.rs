@@ -30,7 +30,8 @@ pub struct Metrics {
     pub schedule_lag: Histogram,
     /// Seconds from a window's opening edge to its Node taking pods.
     pub edge_schedulable_lag: Histogram,
-    /// LibvirtMachine lifecycle events by kind (`provisioned`, `restarted`, `vanished`,
+    /// LibvirtMachine lifecycle events by kind (`provisioned`, `restarted`, `guest_shutdown`,
+    /// `crashed`, `vanished`, `shutdown_requested`, `shutdown_timed_out`, `shutdown_refused`,
     /// `deleted`, `abandoned`).
     pub machine_events: IntCounterVec,
     /// Seconds a provisioning pass (disks, Ignition, define, start) spent on the host.

@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    common::{InfrastructureInitialization, LocalObjectReference, MachineAddress},
+    common::{DURATION_PATTERN, InfrastructureInitialization, LocalObjectReference, MachineAddress},
     condition::Condition,
 };
 
@@ -98,6 +98,49 @@ pub struct LibvirtMachineSpec {
     /// Annotations applied to the Node once it joins; editable at any time.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_annotations: BTreeMap<String, String>,
+    /// How deletion powers the VM off: by default the guest is asked (ACPI) and given 60s.
+    #[serde(default)]
+    pub shutdown: ShutdownSpec,
+}
+
+/// How deletion powers the VM off before removing it.
+#[derive(Clone, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ShutdownSpec {
+    /// `Graceful` presses the VM's ACPI power button, so the guest can stop its services and
+    /// flush its disks, and destroys the domain only if it still runs after `timeout`; `Hard`
+    /// destroys it at once, like pulling the plug.
+    #[serde(default)]
+    pub mode: ShutdownMode,
+    /// How long a `Graceful` shutdown waits for the guest before destroying the domain, as a
+    /// duration such as `60s`, `2m` or `1m30s`; `0s` destroys at once, like `Hard`. Editable
+    /// while the machine is being deleted.
+    #[serde(default = "default_shutdown_timeout")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub timeout: String,
+}
+
+impl Default for ShutdownSpec {
+    fn default() -> Self {
+        Self {
+            mode: ShutdownMode::default(),
+            timeout: default_shutdown_timeout(),
+        }
+    }
+}
+
+fn default_shutdown_timeout() -> String {
+    "60s".to_owned()
+}
+
+/// How a VM is powered off on deletion.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// Ask the guest through ACPI, wait up to `timeout`, then destroy the domain.
+    #[default]
+    Graceful,
+    /// Destroy the domain at once.
+    Hard,
 }
 
 impl LibvirtMachineSpec {
@@ -374,6 +417,10 @@ pub struct LibvirtMachineStatus {
     /// Last observed libvirt domain state (e.g. `running`, `shutoff`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain_state: Option<String>,
+    /// When deletion asked the guest to power off (ACPI); the domain is destroyed if it still
+    /// runs once `spec.shutdown.timeout` has passed since then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shutdown_requested_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     /// vCPUs and memory committed to this machine on its host at admission; the domain gets
     /// exactly these, and the host's available capacity excludes them until the machine is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -506,12 +553,18 @@ crate::condition_names! {
         DomainNameConflict,
         /// The domain exists but does not run.
         DomainNotRunning,
+        /// The guest shut the domain down while its Machine is being deleted; it is left off.
+        DomainShutDown,
         /// The domain vanished after provisioning.
         DomainMissing,
         /// The host cannot be reached after provisioning.
         HostUnreachable,
         /// Deletion is under way.
         Deleting,
+        /// Deletion asked the guest to power off and waits for it, up to `spec.shutdown.timeout`.
+        ShuttingDown,
+        /// `spec.shutdown.timeout` is not a usable duration; deletion waits for a fix.
+        InvalidShutdownTimeout,
         /// Teardown left something on the host.
         ArtifactsRemain,
         /// The Cluster or the machine is paused.

@@ -16,7 +16,10 @@
 //!
 //! Where the contract is silent the fake follows libvirt: volume operations in an inactive pool
 //! fail (`OperationInvalid`), and undefining a running domain leaves it running as a transient
-//! domain that disappears when destroyed.
+//! domain that disappears when destroyed. A stopped domain says why, as libvirt's state reason
+//! does: `destroy` leaves it destroyed, an honoured `shutdown` shut down. A guest powers off at
+//! once on `shutdown`, unless [`FakeHypervisor::ignore_acpi`] made it one that ignores the
+//! request.
 //!
 //! Networks hold only DHCP host entries (`with_network`); adding one whose MAC, IP or name is
 //! already there is `AlreadyExists` (libvirt's rule), removing one matches by MAC and IP.
@@ -36,7 +39,7 @@ use super::{
     domain_xml::DomainXml,
     hypervisor::{
         DhcpHost, DomainInfo, DomainState, HostInfo, HvResult, Hypervisor, HypervisorError, InterfaceAddress,
-        NodeStats, ObjectKind, PoolInfo, VolumeInfo, VolumeRef,
+        NodeStats, ObjectKind, PoolInfo, StopReason, VolumeInfo, VolumeRef,
     },
     volume_xml::VolumeXml,
     xml::{XmlInputError, element_text},
@@ -58,6 +61,8 @@ pub enum Op {
     Start,
     /// [`Hypervisor::destroy`].
     Destroy,
+    /// [`Hypervisor::shutdown`].
+    Shutdown,
     /// [`Hypervisor::undefine_with_nvram`].
     UndefineWithNvram,
     /// [`Hypervisor::pool`].
@@ -118,8 +123,38 @@ impl Pool {
 struct Domain {
     uuid: Uuid,
     state: DomainState,
+    stop_reason: Option<StopReason>,
     persistent: bool,
+    /// The guest does not react to the ACPI power button.
+    ignores_acpi: bool,
     xml: String,
+}
+
+impl Domain {
+    fn new(uuid: Uuid, state: DomainState, xml: String) -> Self {
+        Self {
+            uuid,
+            state,
+            stop_reason: default_reason(state),
+            persistent: true,
+            ignores_acpi: false,
+            xml,
+        }
+    }
+
+    fn stop(&mut self, why: StopReason) {
+        self.state = DomainState::Shutoff;
+        self.stop_reason = Some(why);
+    }
+}
+
+/// The reason libvirt would give for a domain put in `state` without one.
+fn default_reason(state: DomainState) -> Option<StopReason> {
+    match state {
+        DomainState::Crashed => Some(StopReason::Crashed),
+        s if s.is_active() => None,
+        _ => Some(StopReason::Other),
+    }
 }
 
 #[derive(Default)]
@@ -190,6 +225,7 @@ fn domain_info(name: &str, d: &Domain) -> DomainInfo {
         name: name.to_owned(),
         uuid: d.uuid,
         state: d.state,
+        stop_reason: d.stop_reason,
         persistent: d.persistent,
     }
 }
@@ -282,24 +318,38 @@ impl FakeHypervisor {
 
     /// A persistent domain someone else defined (no XML), replacing any of that name.
     pub fn insert_domain(&self, name: &str, uuid: Uuid, state: DomainState) {
-        self.lock().domains.insert(
-            name.to_owned(),
-            Domain {
-                uuid,
-                state,
-                persistent: true,
-                xml: String::new(),
-            },
-        );
+        self.lock()
+            .domains
+            .insert(name.to_owned(), Domain::new(uuid, state, String::new()));
     }
 
-    /// Changes a domain's state behind the controller's back (a guest shut down, crashed).
-    /// Panics if there is no such domain, so a typo cannot make a test pass.
-    pub fn set_domain_state(&self, name: &str, state: DomainState) {
+    /// Runs `change` on domain `name`; panics if there is none, so a typo cannot make a test pass.
+    fn with_domain(&self, name: &str, what: &str, change: impl FnOnce(&mut Domain)) {
         match self.lock().domains.get_mut(name) {
-            Some(d) => d.state = state,
-            None => panic!("set_domain_state: no domain {name:?}"),
+            Some(d) => change(d),
+            None => panic!("{what}: no domain {name:?}"),
         }
+    }
+
+    /// Changes a domain's state behind the controller's back, with the reason libvirt gives
+    /// when it knows no better (`crashed` for a crashed state).
+    pub fn set_domain_state(&self, name: &str, state: DomainState) {
+        self.with_domain(name, "set_domain_state", |d| {
+            d.state = state;
+            d.stop_reason = default_reason(state);
+        });
+    }
+
+    /// The domain stopped behind the controller's back, for `why` (the guest powered off, it
+    /// crashed, someone destroyed it).
+    pub fn stop_domain(&self, name: &str, why: StopReason) {
+        self.with_domain(name, "stop_domain", |d| d.stop(why));
+    }
+
+    /// From now on the guest of `name` ignores the ACPI power button: `shutdown` succeeds and
+    /// it keeps running.
+    pub fn ignore_acpi(&self, name: &str) {
+        self.with_domain(name, "ignore_acpi", |d| d.ignores_acpi = true);
     }
 
     /// The VM vanished (undefined by someone else). Panics if there is no such domain.
@@ -408,12 +458,7 @@ impl Hypervisor for FakeHypervisor {
         if s.domains.contains_key(&name) || s.domains.values().any(|d| d.uuid == uuid) {
             return Err(exists(ObjectKind::Domain, &name));
         }
-        let d = Domain {
-            uuid,
-            state: DomainState::Running,
-            persistent: true,
-            xml: def.xml.clone(),
-        };
+        let d = Domain::new(uuid, DomainState::Running, def.xml.clone());
         let info = domain_info(&name, &d);
         s.domains.insert(name, d);
         Ok(info)
@@ -425,6 +470,7 @@ impl Hypervisor for FakeHypervisor {
         let d = s.domain_mut(name)?;
         if !d.state.is_active() {
             d.state = DomainState::Running;
+            d.stop_reason = None;
         }
         Ok(())
     }
@@ -437,7 +483,22 @@ impl Hypervisor for FakeHypervisor {
             return Ok(());
         }
         if d.persistent {
-            d.state = DomainState::Shutoff;
+            d.stop(StopReason::Destroyed);
+        } else {
+            s.domains.remove(name);
+        }
+        Ok(())
+    }
+
+    fn shutdown(&self, name: &str) -> HvResult<()> {
+        let mut s = self.lock();
+        s.enter(Op::Shutdown)?;
+        let d = s.domain_mut(name)?;
+        if !d.state.is_active() || d.ignores_acpi {
+            return Ok(());
+        }
+        if d.persistent {
+            d.stop(StopReason::ShutDown);
         } else {
             s.domains.remove(name);
         }

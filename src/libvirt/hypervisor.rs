@@ -11,8 +11,8 @@
 //!   in `volume` is [`HypervisorError::StoragePoolNotFound`];
 //! - creators (`define_and_start`, `create_volume`, `clone_volume`) never overwrite: an existing
 //!   object with that name (or domain UUID) is [`HypervisorError::AlreadyExists`];
-//! - `start` of a running domain and `destroy` of a stopped one succeed;
-//! - `destroy`, `undefine_with_nvram`, `delete_volume` and `upload_volume` on a missing object are
+//! - `start` of a running domain, and `destroy` or `shutdown` of a stopped one, succeed;
+//! - `destroy`, `shutdown`, `undefine_with_nvram`, `delete_volume` and `upload_volume` on a missing object are
 //!   [`HypervisorError::NotFound`] ([`HypervisorError::is_not_found`] lets deletion treat that as
 //!   done);
 //! - `add_dhcp_host` of an entry whose MAC, IP or name is already in the network is
@@ -106,6 +106,34 @@ impl DomainState {
     }
 }
 
+/// Why a domain stopped, from the reason libvirt gives with its state (`virDomainGetState`,
+/// what `virsh domstate --reason` prints), so a guest that powered itself off is told from one
+/// that crashed or was pulled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The guest powered off, on its own or after an ACPI request (`shutoff (shutdown)`).
+    ShutDown,
+    /// The guest or its QEMU process crashed (`crashed`, `shutoff (crashed)`).
+    Crashed,
+    /// Hard-stopped from the host (`shutoff (destroyed)`: `virsh destroy`).
+    Destroyed,
+    /// Anything else: failed to start, saved, migrated, or no reason given.
+    Other,
+}
+
+impl StopReason {
+    /// How a message says it: "domain w1 {was shut down by its guest}".
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::ShutDown => "was shut down by its guest",
+            Self::Crashed => "crashed",
+            Self::Destroyed => "was destroyed on the host",
+            Self::Other => "stopped",
+        }
+    }
+}
+
 /// An existing domain.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DomainInfo {
@@ -115,6 +143,8 @@ pub struct DomainInfo {
     pub uuid: Uuid,
     /// Current state.
     pub state: DomainState,
+    /// Why it stopped; `None` while it is active.
+    pub stop_reason: Option<StopReason>,
     /// Whether the domain is defined (survives shutdown) rather than transient.
     pub persistent: bool,
 }
@@ -325,6 +355,9 @@ pub trait Hypervisor: Send + Sync {
     fn start(&self, name: &str) -> HvResult<()>;
     /// Hard-stops a domain; a stopped one is left alone.
     fn destroy(&self, name: &str) -> HvResult<()>;
+    /// Presses the domain's ACPI power button (`virDomainShutdown`) and returns at once: the
+    /// guest may power off in its own time, or ignore it. A stopped domain is left alone.
+    fn shutdown(&self, name: &str) -> HvResult<()>;
     /// Removes the domain definition and its NVRAM file (stop it first).
     fn undefine_with_nvram(&self, name: &str) -> HvResult<()>;
     /// The pool called `name`, if any.
@@ -411,5 +444,6 @@ mod tests {
         assert!(all[0].is_transient() && !all[5].is_transient());
         assert_eq!(DomainState::Shutoff.as_str(), "shutoff");
         assert!(DomainState::Paused.is_active() && !DomainState::Crashed.is_active());
+        assert_eq!(StopReason::ShutDown.describe(), "was shut down by its guest");
     }
 }

@@ -15,7 +15,12 @@
 //! - the `virt` wrappers' `Drop` impls (connection, domain, pool, volume, stream) panic when the
 //!   C free call fails. That happens only for invalid pointers, which this module never creates
 //!   (no `from_ptr`, no `clone`), and the connection itself is released inside `catch_unwind`.
-//! - `Domain::state` swallows errors; `Domain::info` is used instead.
+//! - `Domain::state` swallows errors (a failed call reads as an unknown state), so an unknown
+//!   state is asked again through `Domain::info`, which reports them.
+//! - The test driver takes no flags on `virDomainShutdownFlags`: `shutdown` asks for the ACPI
+//!   power button and, on exactly "unsupported flags", lets the driver choose. The test driver
+//!   powers a guest off at once, unless its `<on_poweroff>` is `restart` (it then keeps
+//!   running, as a guest ignoring ACPI does).
 //! - The test driver rejects `VIR_DOMAIN_UNDEFINE_NVRAM` ("unsupported flags"), so undefine
 //!   retries without flags on exactly that error (never on others: a UEFI domain on QEMU must
 //!   lose its NVRAM with it). Define passes `VIR_DOMAIN_DEFINE_VALIDATE`, which the test driver
@@ -55,20 +60,21 @@ use virt::sys;
 mod convert;
 mod network;
 mod node_stats;
+mod streams;
 pub use node_stats::faked_stats_path;
 
-use convert::{code_name, code_of, convert_state, is_already_exists, is_code, is_unsupported_flags, version_string};
+use convert::{
+    code_name, code_of, convert_state, emulation_error, is_already_exists, is_code, is_unsupported_flags, stop_reason,
+    version_string, volume_exists_error,
+};
 
 use super::domain_xml::DomainXml;
 use super::hypervisor::{
-    DhcpHost, DomainInfo, HostInfo, HvResult, Hypervisor, HypervisorError, InterfaceAddress, NodeStats, ObjectKind,
-    PoolInfo, VolumeInfo, VolumeRef,
+    DhcpHost, DomainInfo, DomainState, HostInfo, HvResult, Hypervisor, HypervisorError, InterfaceAddress, NodeStats,
+    ObjectKind, PoolInfo, StopReason, VolumeInfo, VolumeRef,
 };
 use super::volume_xml::VolumeXml;
 use super::xml::element_text;
-
-/// Bytes per stream send/receive.
-const CHUNK: usize = 64 * 1024;
 
 static QUIET: Once = Once::new();
 static EVENT_LOOP: Once = Once::new();
@@ -219,14 +225,44 @@ impl VirtHypervisor {
             code: "InvalidUuid".to_owned(),
             message: e.to_string(),
         })?;
-        let info = d.info().map_err(|e| self.err("domain info", &e))?;
+        let (state, stop_reason) = self.state_of(d)?;
         let persistent = d.is_persistent().map_err(|e| self.err("domain persistence", &e))?;
         Ok(DomainInfo {
             name,
             uuid,
-            state: convert_state(info.state),
+            state,
+            stop_reason,
             persistent,
         })
+    }
+
+    /// The state and, for a stopped domain, why it stopped.
+    fn state_of(&self, d: &Domain) -> HvResult<(DomainState, Option<StopReason>)> {
+        let (state, reason) = d.state().map_err(|e| self.err("domain state", &e))?;
+        if let virt::enumutil::Enum::Known(_) = state {
+            let state = convert_state(state);
+            return Ok((state, stop_reason(state, reason)));
+        }
+        // An error, or a state newer than this client: `info` tells which.
+        let state = convert_state(d.info().map_err(|e| self.err("domain info", &e))?.state);
+        Ok((state, (!state.is_active()).then_some(StopReason::Other)))
+    }
+
+    /// A failed transfer, named by the `(transfer, finish)` operations.
+    fn stream_err(
+        &self,
+        (operation, finish): (&'static str, &'static str),
+        e: streams::StreamError,
+    ) -> HypervisorError {
+        match e {
+            streams::StreamError::Stalled(message) => HypervisorError::Libvirt {
+                operation,
+                code: "StreamStalled".to_owned(),
+                message: message.to_owned(),
+            },
+            streams::StreamError::Transfer(e) => self.err(operation, &e),
+            streams::StreamError::Finish(e) => self.err(finish, &e),
+        }
     }
 
     fn lookup_pool(&self, name: &str) -> HvResult<Option<StoragePool>> {
@@ -274,20 +310,6 @@ impl VirtHypervisor {
             capacity: info.capacity,
             allocation: info.allocation,
         })
-    }
-
-    fn volume_exists_error(pool: &str, name: &str) -> HypervisorError {
-        HypervisorError::AlreadyExists {
-            kind: ObjectKind::Volume,
-            name: format!("{pool}/{name}"),
-        }
-    }
-
-    fn emulation_error(operation: &'static str, e: &std::io::Error) -> HypervisorError {
-        HypervisorError::Unsupported {
-            operation,
-            message: format!("test driver has no streams and the local fallback failed: {e}"),
-        }
     }
 }
 
@@ -383,6 +405,22 @@ impl Hypervisor for VirtHypervisor {
         }
     }
 
+    fn shutdown(&self, name: &str) -> HvResult<()> {
+        let d = self.require_domain(name)?;
+        if !d.is_active().map_err(|e| self.err("domain state", &e))? {
+            return Ok(());
+        }
+        let result = match d.shutdown_flags(sys::VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN) {
+            Err(e) if is_unsupported_flags(&e) => d.shutdown(),
+            other => other,
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) if is_code(&e, ErrorNumber::OperationInvalid) && e.message().contains("not running") => Ok(()),
+            Err(e) => Err(self.err("shut down domain", &e)),
+        }
+    }
+
     fn undefine_with_nvram(&self, name: &str) -> HvResult<()> {
         let d = self.require_domain(name)?;
         let flags = sys::VIR_DOMAIN_UNDEFINE_NVRAM
@@ -433,11 +471,11 @@ impl Hypervisor for VirtHypervisor {
     fn create_volume(&self, pool: &str, vol: &VolumeXml) -> HvResult<VolumeInfo> {
         let p = self.require_pool(pool)?;
         if self.lookup_volume(&p, &vol.name)?.is_some() {
-            return Err(Self::volume_exists_error(pool, &vol.name));
+            return Err(volume_exists_error(pool, &vol.name));
         }
         match StorageVol::create_xml(&p, &vol.xml, 0) {
             Ok(v) => self.volume_info(&v),
-            Err(e) if is_already_exists(&e) => Err(Self::volume_exists_error(pool, &vol.name)),
+            Err(e) if is_already_exists(&e) => Err(volume_exists_error(pool, &vol.name)),
             Err(e) => Err(self.err("create volume", &e)),
         }
     }
@@ -452,11 +490,11 @@ impl Hypervisor for VirtHypervisor {
                 volume: from.name.to_owned(),
             })?;
         if self.lookup_volume(&p, &vol.name)?.is_some() {
-            return Err(Self::volume_exists_error(pool, &vol.name));
+            return Err(volume_exists_error(pool, &vol.name));
         }
         match StorageVol::create_xml_from(&p, &vol.xml, &src, 0) {
             Ok(v) => self.volume_info(&v),
-            Err(e) if is_already_exists(&e) => Err(Self::volume_exists_error(pool, &vol.name)),
+            Err(e) if is_already_exists(&e) => Err(volume_exists_error(pool, &vol.name)),
             Err(e) => Err(self.err("clone volume", &e)),
         }
     }
@@ -469,31 +507,11 @@ impl Hypervisor for VirtHypervisor {
             let _ = stream.abort();
             if self.test_driver && is_code(&e, ErrorNumber::NoSupport) {
                 let path = v.path().map_err(|e| self.err("volume path", &e))?;
-                return std::fs::write(&path, bytes).map_err(|e| Self::emulation_error("upload volume", &e));
+                return std::fs::write(&path, bytes).map_err(|e| emulation_error("upload volume", &e));
             }
             return Err(self.err("upload volume", &e));
         }
-        for chunk in bytes.chunks(CHUNK) {
-            let mut sent = 0;
-            while sent < chunk.len() {
-                match stream.send(&chunk[sent..]) {
-                    Ok(n) if n > 0 => sent += n.unsigned_abs(),
-                    Ok(_) => {
-                        let _ = stream.abort();
-                        return Err(HypervisorError::Libvirt {
-                            operation: "upload volume",
-                            code: "StreamStalled".to_owned(),
-                            message: "the stream accepted no data".to_owned(),
-                        });
-                    }
-                    Err(e) => {
-                        let _ = stream.abort();
-                        return Err(self.err("upload volume", &e));
-                    }
-                }
-            }
-        }
-        stream.finish().map_err(|e| self.err("finish upload", &e))
+        streams::send_all(stream, bytes).map_err(|e| self.stream_err(("upload volume", "finish upload"), e))
     }
 
     fn download_volume(&self, pool: &str, name: &str, max_len: u64) -> HvResult<Vec<u8>> {
@@ -510,41 +528,13 @@ impl Hypervisor for VirtHypervisor {
                         Ok(data)
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-                    Err(e) => Err(Self::emulation_error("download volume", &e)),
+                    Err(e) => Err(emulation_error("download volume", &e)),
                 };
             }
             return Err(self.err("download volume", &e));
         }
         let limit = usize::try_from(max_len).unwrap_or(usize::MAX);
-        let mut out = Vec::new();
-        let mut buf = vec![0u8; CHUNK];
-        loop {
-            match stream.recv(&mut buf) {
-                Ok(0) => break,
-                Ok(n) if n > 0 => {
-                    let n = n.unsigned_abs().min(buf.len());
-                    out.extend_from_slice(&buf[..n]);
-                    if out.len() >= limit {
-                        out.truncate(limit);
-                        break;
-                    }
-                }
-                Ok(_) => {
-                    let _ = stream.abort();
-                    return Err(HypervisorError::Libvirt {
-                        operation: "download volume",
-                        code: "StreamStalled".to_owned(),
-                        message: "the blocking stream reported no data available".to_owned(),
-                    });
-                }
-                Err(e) => {
-                    let _ = stream.abort();
-                    return Err(self.err("download volume", &e));
-                }
-            }
-        }
-        stream.finish().map_err(|e| self.err("finish download", &e))?;
-        Ok(out)
+        streams::receive(stream, limit).map_err(|e| self.stream_err(("download volume", "finish download"), e))
     }
 
     fn delete_volume(&self, pool: &str, name: &str) -> HvResult<()> {
@@ -566,7 +556,7 @@ impl Hypervisor for VirtHypervisor {
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Self::emulation_error("delete volume", &e)),
+                Err(e) => return Err(emulation_error("delete volume", &e)),
             }
         }
         Ok(())

@@ -3,7 +3,10 @@
 //! left by a crash, the domain watch, and the deletion paths.
 //!
 //! The test inspects each host through the manager's own connection cache (`Shared::hosts`):
-//! a private `test:///<file>` driver keeps its state in that one connection.
+//! a private `test:///<file>` driver keeps its state in that one connection. Graceful power-off
+//! and the watch's view of guest shutdowns are in [`shutdown`].
+
+mod shutdown;
 
 use std::sync::Arc;
 

@@ -41,7 +41,7 @@ pub(super) async fn act(
     match decision.step {
         Step::Wait(wait) => Ok(waiting(machine, wait, &now)),
         Step::Pause => Ok(paused(machine, &now)),
-        Step::Watch(host) => watch::check(machine, state, id, &host).await,
+        Step::Watch { host, owner_deleting } => watch::check(machine, state, id, &host, owner_deleting).await,
         Step::Provision(plan) => {
             let stamps = Stamps {
                 now,

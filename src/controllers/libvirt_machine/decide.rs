@@ -27,7 +27,12 @@ pub(super) enum Step {
     /// Reconciliation is paused.
     Pause,
     /// Provisioned: check the domain on its host.
-    Watch(Box<LibvirtHost>),
+    Watch {
+        /// The host.
+        host: Box<LibvirtHost>,
+        /// The owner Machine is being deleted: a guest that shuts down stays off.
+        owner_deleting: bool,
+    },
     /// Admit the machine to its host (unless it already holds an allocation) and bring its
     /// domain up.
     Provision(Box<ProvisionPlan>),
@@ -100,7 +105,10 @@ pub(super) fn decide(
     let provisioned = machine.status.as_ref().is_some_and(|s| s.ready);
     let step = if provisioned {
         match owned.host {
-            Some(host) => Step::Watch(Box::new(host)),
+            Some(host) => Step::Watch {
+                host: Box::new(host),
+                owner_deleting: owned.machine.deleting,
+            },
             None => wait(
                 MachineReason::HostNotFound,
                 format!(

@@ -1,5 +1,6 @@
-//! Deleting a LibvirtMachine: remove everything `status.managedArtifacts` names from the host,
-//! prove nothing is left, release the allocation, then drop the finalizer.
+//! Deleting a LibvirtMachine: power the VM off as `spec.shutdown` says ([`super::power_off`]),
+//! remove everything `status.managedArtifacts` names from the host, prove nothing is left,
+//! release the allocation, then drop the finalizer.
 //!
 //! A host that cannot be reached (or whose LibvirtHost is gone) holds the finalizer with
 //! `CleanupStalled=True` and a retry every 30 s, so a network blip never leaks a VM. When the
@@ -18,12 +19,13 @@ use kube::{
 use super::{
     Error, FINALIZER, State, api,
     observe::host_of,
-    plan, provision,
+    plan, power_off, provision,
     status::{Outcome, current, with_ready},
 };
 use crate::{
     api::{
         condition::{self, DesiredCondition, Status},
+        libvirt_host::LibvirtHost,
         libvirt_machine::{LibvirtMachine, MachineCondition, MachineReason, ManagedArtifacts, Reason},
     },
     reconcile::{
@@ -53,20 +55,7 @@ pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Op
         return Ok(None);
     };
     if machine.annotations().get(ABANDON_ANNOTATION).map(String::as_str) == Some("true") {
-        ctx.metrics.machine_events.with_label_values(&["abandoned"]).inc();
-        let note = format!(
-            "finalizer dropped without cleaning the host; left behind: {}",
-            list(&artifacts)
-        );
-        crate::reconcile::publish_event(
-            &ctx.recorder,
-            &kube::Resource::object_ref(machine, &()),
-            EventType::Warning,
-            "ArtifactsAbandoned",
-            "Delete",
-            note,
-        )
-        .await;
+        abandon(machine, state, &artifacts).await;
         state.shared.placement.record(&host_key, &uid, None);
         release(machine, state).await?;
         return Ok(None);
@@ -76,16 +65,16 @@ pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Op
     };
     let now = ctx.timestamp();
     let Some(host) = host_of(machine, ctx).await? else {
-        return Ok(Some(stalled(
-            machine,
-            MachineReason::HostNotFound,
-            format!(
-                "LibvirtHost {:?} does not exist; recreate it, or set the annotation {ABANDON_ANNOTATION}=\"true\" to leave {} behind",
-                host_key.1,
-                list(&artifacts)
-            ),
-            &now,
-        )));
+        let message = format!(
+            "LibvirtHost {:?} does not exist; recreate it, or set the annotation {ABANDON_ANNOTATION}=\"true\" to leave {} behind",
+            host_key.1,
+            list(&artifacts)
+        );
+        return Ok(Some(stalled(machine, MachineReason::HostNotFound, message, &now)));
+    };
+    let machine = &*match power_off(machine, state, &host, &artifacts, uuid, &now).await? {
+        Powered::Off(machine) => machine,
+        Powered::Wait(outcome) => return Ok(Some(*outcome)),
     };
     let recorded = artifacts.clone();
     let called = state
@@ -112,6 +101,94 @@ pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Op
         HostCall::Ran { result: Err(e), .. } => Ok(Some(stalled(machine, e.reason(), e.to_string(), &now))),
         HostCall::Unreachable(f) => Ok(Some(stalled(machine, f.reason, f.message, &now))),
     }
+}
+
+/// Where the power-off left the deletion.
+enum Powered {
+    /// The domain is off: tear down `machine` (its status carries a request made this pass).
+    Off(Box<LibvirtMachine>),
+    /// Not yet: write this and look again.
+    Wait(Box<Outcome>),
+}
+
+/// Power the domain off as `spec.shutdown` says ([`power_off`]); the Events of what it did are
+/// published at once, since a teardown in the same pass may release the object.
+async fn power_off(
+    machine: &LibvirtMachine,
+    state: &State,
+    host: &LibvirtHost,
+    artifacts: &ManagedArtifacts,
+    uuid: uuid::Uuid,
+    now: &Time,
+) -> Result<Powered, Error> {
+    let spec = &machine.spec.shutdown;
+    let requested = current(machine).shutdown_requested_at;
+    let plan = match power_off::plan(spec, requested.as_ref(), now) {
+        Ok(plan) => plan,
+        Err(e) => {
+            let outcome = stalled(machine, MachineReason::InvalidShutdownTimeout, e.to_string(), now);
+            // Only a spec change helps.
+            let outcome = Outcome {
+                action: Action::await_change(),
+                ..outcome
+            };
+            return Ok(Powered::Wait(Box::new(outcome)));
+        }
+    };
+    let Some(name) = artifacts.domain_name.clone().filter(|_| plan != power_off::Plan::Hard) else {
+        return Ok(Powered::Off(Box::new(machine.clone())));
+    };
+    let domain = name.clone();
+    let called = state
+        .shared
+        .hosts
+        .call(&state.ctx.client, host, move |hv| {
+            power_off::step(hv, &domain, uuid, plan)
+        })
+        .await?;
+    let power = match called {
+        HostCall::Ran { result: Ok(power), .. } => power,
+        HostCall::Ran { result: Err(e), .. } => {
+            return Ok(Powered::Wait(Box::new(stalled(
+                machine,
+                e.reason(),
+                e.to_string(),
+                now,
+            ))));
+        }
+        HostCall::Unreachable(f) => return Ok(Powered::Wait(Box::new(stalled(machine, f.reason, f.message, now)))),
+    };
+    if let Some((type_, reason, note, label)) = power_off::announcement(&power, &name, spec) {
+        state.ctx.metrics.machine_events.with_label_values(&[label]).inc();
+        let reference = kube::Resource::object_ref(machine, &());
+        crate::reconcile::publish_event(&state.ctx.recorder, &reference, type_, reason, "Delete", note).await;
+    }
+    let machine = power_off::recorded(machine, &power, now);
+    Ok(match power {
+        power_off::Power::Stopping { .. } => {
+            Powered::Wait(Box::new(power_off::stopping(&machine, &name, plan.remaining(), now)))
+        }
+        power_off::Power::Off { .. } | power_off::Power::Destroyed(_) => Powered::Off(Box::new(machine)),
+    })
+}
+
+/// Let the machine go without touching its host: a Warning Event lists what is left behind.
+async fn abandon(machine: &LibvirtMachine, state: &State, artifacts: &ManagedArtifacts) {
+    let ctx = &state.ctx;
+    ctx.metrics.machine_events.with_label_values(&["abandoned"]).inc();
+    let note = format!(
+        "finalizer dropped without cleaning the host; left behind: {}",
+        list(artifacts)
+    );
+    crate::reconcile::publish_event(
+        &ctx.recorder,
+        &kube::Resource::object_ref(machine, &()),
+        EventType::Warning,
+        "ArtifactsAbandoned",
+        "Delete",
+        note,
+    )
+    .await;
 }
 
 fn list(a: &ManagedArtifacts) -> String {

@@ -16,20 +16,24 @@
 //! `WaitingForCapacity`, a connection failure (`HostKeyMismatch`, `ConnectionFailed`, …),
 //! `StoragePoolNotFound`, `StoragePoolInactive`, `BaseImageNotFound`, `RootDiskTooSmall`,
 //! `InvalidSpec`, `DomainNameConflict`, `LibvirtError`; then `DomainRunning`, or after
-//! provisioning `DomainMissing`, `DomainNotRunning` and `HostUnreachable`. `Paused` has its own
-//! condition.
+//! provisioning `DomainMissing`, `DomainNotRunning`, `DomainShutDown` and `HostUnreachable`;
+//! while deleting `Deleting`, `ShuttingDown`. `Paused` has its own condition.
 //!
-//! Once provisioned the domain is checked every `--domain-check-interval-seconds`: a shut-off or
-//! crashed domain is started again (Warning Event `DomainRestarted`), a vanished one is reported
-//! (`DomainMissing`, Warning Event) and left to a MachineHealthCheck to replace; `ready` stays
-//! true, as the contract wants it latched.
+//! Once provisioned the domain is checked every `--domain-check-interval-seconds` ([`watch`]): a
+//! stopped domain is started again, announced by why it stopped (Warning Event `DomainShutDown`
+//! when its guest powered it off, `DomainCrashed`, otherwise `DomainRestarted`), except that a
+//! guest shutdown while the owner Machine is being deleted is left off (`DomainShutDown`); a
+//! vanished one is reported (`DomainMissing`, Warning Event) and left to a MachineHealthCheck to
+//! replace; `ready` stays true, as the contract wants it latched.
 //!
 //! Spec changes after provisioning do not touch the running VM: disks, size, network and
 //! firmware take effect when the Machine is replaced. `nodeLabels` and `nodeAnnotations` stay
 //! editable.
 //!
-//! Deletion ([`deletion`]): destroy, undefine with NVRAM, delete the recorded volumes, prove
-//! nothing is left, release the allocation, drop the finalizer.
+//! Deletion ([`deletion`]): power off as `spec.shutdown` says ([`power_off`]: by default ACPI,
+//! then a wait of up to 60 s as requeues, then destroy; `ShuttingDown` meanwhile), undefine with
+//! NVRAM, delete the recorded volumes, prove nothing is left, release the allocation, drop the
+//! finalizer.
 
 mod act;
 mod admission;
@@ -37,6 +41,7 @@ mod decide;
 mod deletion;
 mod observe;
 pub mod plan;
+mod power_off;
 pub mod provision;
 mod status;
 mod watch;

@@ -1,4 +1,7 @@
-//! Watching a provisioned machine's domain: restart it when it stopped, report it when it vanished.
+//! Watching a provisioned machine's domain: restart it when it stopped, report it when it
+//! vanished. libvirt's state reason tells why it stopped: its guest shut it down, it crashed, or
+//! it was destroyed on the host; each restart is announced by that. A guest that shuts down while
+//! its Machine is being deleted (Cluster API drains it, then deletes this object) is left off.
 
 use std::time::Duration;
 
@@ -20,7 +23,7 @@ use crate::{
         libvirt_host::LibvirtHost,
         libvirt_machine::{LibvirtMachine, MachineReason},
     },
-    libvirt::hypervisor::{DomainState, Hypervisor},
+    libvirt::hypervisor::{DomainState, Hypervisor, StopReason},
     reconcile::host_connections::HostCall,
 };
 
@@ -29,27 +32,42 @@ use crate::{
 pub(super) enum DomainCheck {
     /// The domain exists in this state (running, or not yet restartable).
     Found(DomainState),
-    /// It had stopped (`before`) and was started again; `after` is its state now.
+    /// It had stopped (`before`, for `why`) and was started again; `after` is its state now.
     Restarted {
         /// The state it was found in.
         before: DomainState,
+        /// Why it had stopped.
+        why: StopReason,
         /// Its state after `start`.
         after: DomainState,
     },
+    /// Its guest shut it down while the owner Machine is being deleted: left off.
+    LeftOff,
     /// No domain of ours under the machine's name.
     Missing,
 }
 
-/// Look at the domain and start it again if it stopped (blocking: run on the host's thread).
+/// Look at the domain and start it again if it stopped, unless its guest shut it down while
+/// the owner Machine is being deleted (blocking: run on the host's thread).
 ///
 /// # Errors
 /// Connection trouble, a foreign domain under our name, or a refused start.
-pub(super) fn inspect_and_restart(hv: &dyn Hypervisor, name: &str, uuid: Uuid) -> Result<DomainCheck, ProvisionError> {
+pub(super) fn inspect_and_restart(
+    hv: &dyn Hypervisor,
+    name: &str,
+    uuid: Uuid,
+    owner_deleting: bool,
+) -> Result<DomainCheck, ProvisionError> {
     match provision::inspect(hv, name, uuid)? {
         Some(d) if !d.state.is_active() => {
+            let why = d.stop_reason.unwrap_or(StopReason::Other);
+            if why == StopReason::ShutDown && owner_deleting {
+                return Ok(DomainCheck::LeftOff);
+            }
             let after = provision::restart(hv, name)?;
             Ok(DomainCheck::Restarted {
                 before: d.state,
+                why,
                 after: after.unwrap_or(d.state),
             })
         }
@@ -79,60 +97,122 @@ pub(super) fn outcome(
         }
     };
     let mut status = current(machine);
-    let mut events = Vec::new();
-    let mut counted = Vec::new();
-    let (ready, reason, message) = match check {
-        DomainCheck::Missing => {
-            if ready_reason(&status) != Some(MachineReason::DomainMissing) {
-                counted.push("vanished");
-            }
-            status.domain_state = Some("missing".to_owned());
-            let message = format!(
-                "domain {} no longer exists on {host_name}; replace the Machine (a MachineHealthCheck does this)",
-                id.node_name
-            );
-            (Status::False, MachineReason::DomainMissing, message)
-        }
-        DomainCheck::Found(state) | DomainCheck::Restarted { after: state, .. } => {
-            if let DomainCheck::Restarted { before, .. } = check {
-                counted.push("restarted");
-                let note = format!(
-                    "domain {} was {} and has been started again",
-                    id.node_name,
-                    before.as_str()
-                );
-                events.push((EventType::Warning, "DomainRestarted", note));
-            }
-            status.domain_state = Some(state.as_str().to_owned());
-            let message = format!("domain {} is {}", id.node_name, state.as_str());
-            if state.is_active() {
-                (Status::True, MachineReason::DomainRunning, message)
-            } else {
-                (Status::False, MachineReason::DomainNotRunning, message)
-            }
-        }
-    };
+    let mut seen = Seen::of(check, &id.node_name, host_name);
+    // A state that lasts (vanished, left off) is counted when it begins, not on every check.
+    if let Some(label) = seen.counted_once.filter(|_| ready_reason(&status) != Some(seen.reason)) {
+        seen.counted.push(label);
+    }
+    status.domain_state = Some(seen.state);
     Outcome {
-        status: with_ready(status, machine, ready, reason, message, now),
-        events,
+        status: with_ready(status, machine, seen.ready, seen.reason, seen.message, now),
+        events: seen.events,
         action: Action::requeue(interval),
-        counted,
+        counted: seen.counted,
     }
 }
 
-/// After provisioning: check the domain on `host`.
+/// What a check's result means for the status, the Events and the metric.
+struct Seen {
+    ready: Status,
+    reason: MachineReason,
+    message: String,
+    state: String,
+    events: Vec<(EventType, &'static str, String)>,
+    counted: Vec<&'static str>,
+    counted_once: Option<&'static str>,
+}
+
+impl Seen {
+    fn of(check: DomainCheck, node_name: &str, host_name: &str) -> Self {
+        let (mut events, mut counted, mut counted_once) = (Vec::new(), Vec::new(), None);
+        let (ready, reason, message, state) = match check {
+            DomainCheck::Missing => {
+                counted_once = Some("vanished");
+                let message = format!(
+                    "domain {node_name} no longer exists on {host_name}; replace the Machine (a MachineHealthCheck does this)"
+                );
+                (
+                    Status::False,
+                    MachineReason::DomainMissing,
+                    message,
+                    "missing".to_owned(),
+                )
+            }
+            DomainCheck::LeftOff => {
+                counted_once = Some("guest_shutdown");
+                let message = format!(
+                    "domain {node_name} was shut down by its guest while its Machine is being deleted; left off"
+                );
+                let state = DomainState::Shutoff.as_str().to_owned();
+                (Status::False, MachineReason::DomainShutDown, message, state)
+            }
+            DomainCheck::Found(state) | DomainCheck::Restarted { after: state, .. } => {
+                if let DomainCheck::Restarted { before, why, .. } = check {
+                    counted.push("restarted");
+                    counted.extend(restart_label(why));
+                    let note = format!(
+                        "domain {node_name} {} ({}) and has been started again",
+                        why.describe(),
+                        before.as_str()
+                    );
+                    events.push((EventType::Warning, restart_event(why), note));
+                }
+                let message = format!("domain {node_name} is {}", state.as_str());
+                let (ready, reason) = if state.is_active() {
+                    (Status::True, MachineReason::DomainRunning)
+                } else {
+                    (Status::False, MachineReason::DomainNotRunning)
+                };
+                (ready, reason, message, state.as_str().to_owned())
+            }
+        };
+        Self {
+            ready,
+            reason,
+            message,
+            state,
+            events,
+            counted,
+            counted_once,
+        }
+    }
+}
+
+/// The Event a restart is announced with: what had happened to the domain, when it says.
+fn restart_event(why: StopReason) -> &'static str {
+    match why {
+        StopReason::ShutDown => "DomainShutDown",
+        StopReason::Crashed => "DomainCrashed",
+        StopReason::Destroyed | StopReason::Other => "DomainRestarted",
+    }
+}
+
+/// The `caplv_libvirt_machine_events_total` label for why a restarted domain had stopped.
+fn restart_label(why: StopReason) -> Option<&'static str> {
+    match why {
+        StopReason::ShutDown => Some("guest_shutdown"),
+        StopReason::Crashed => Some("crashed"),
+        StopReason::Destroyed | StopReason::Other => None,
+    }
+}
+
+/// After provisioning: check the domain on `host`; `owner_deleting` while the owner Machine
+/// is being deleted (Cluster API drains the Node, then deletes this object).
 pub(super) async fn check(
     machine: &LibvirtMachine,
     state: &State,
     id: &plan::Identity,
     host: &LibvirtHost,
+    owner_deleting: bool,
 ) -> Result<Outcome, Error> {
     let ctx = &state.ctx;
     let (name, uuid) = (id.node_name.clone(), id.uuid);
     let called = state
         .shared
         .hosts
-        .call(&ctx.client, host, move |hv| inspect_and_restart(hv, &name, uuid))
+        .call(&ctx.client, host, move |hv| {
+            inspect_and_restart(hv, &name, uuid, owner_deleting)
+        })
         .await?;
     let mut out = outcome(
         machine,
@@ -151,3 +231,6 @@ pub(super) async fn check(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests;

@@ -88,3 +88,36 @@ fn node_stats_are_what_the_test_set() {
     assert_eq!(hv.node_stats().unwrap(), stats);
     assert_eq!(hv.calls(Op::NodeStats), 2);
 }
+
+#[test]
+fn a_stopped_domain_says_why_and_a_guest_may_ignore_acpi() {
+    let hv = hv();
+    hv.define_and_start(&plan().to_xml().unwrap()).unwrap();
+    let info = |hv: &FakeHypervisor| hv.domain("worker-1").unwrap().unwrap();
+    assert_eq!(info(&hv).stop_reason, None, "a running domain has not stopped");
+    hv.shutdown("worker-1").unwrap();
+    assert_eq!(
+        (info(&hv).state, info(&hv).stop_reason),
+        (DomainState::Shutoff, Some(StopReason::ShutDown))
+    );
+    hv.shutdown("worker-1").unwrap();
+    hv.start("worker-1").unwrap();
+    assert_eq!(info(&hv).stop_reason, None, "started again");
+    hv.destroy("worker-1").unwrap();
+    assert_eq!(info(&hv).stop_reason, Some(StopReason::Destroyed));
+
+    hv.start("worker-1").unwrap();
+    hv.ignore_acpi("worker-1");
+    hv.shutdown("worker-1").unwrap();
+    assert_eq!(info(&hv).state, DomainState::Running, "the guest ignored the request");
+    assert_eq!(hv.calls(Op::Shutdown), 3);
+    hv.set_domain_state("worker-1", DomainState::Crashed);
+    assert_eq!(info(&hv).stop_reason, Some(StopReason::Crashed));
+    hv.start("worker-1").unwrap();
+    hv.stop_domain("worker-1", StopReason::Crashed);
+    assert_eq!(
+        (info(&hv).state, info(&hv).stop_reason),
+        (DomainState::Shutoff, Some(StopReason::Crashed))
+    );
+    assert!(hv.shutdown("gone").unwrap_err().is_not_found());
+}

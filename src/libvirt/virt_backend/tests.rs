@@ -1,7 +1,7 @@
 use super::*;
 use crate::api::libvirt_machine::DomainType;
 use crate::libvirt::domain_xml::{ConsolePlan, DomainPlan, FirmwarePlan, default_system_nvram_path};
-use crate::libvirt::hypervisor::DomainState;
+use crate::libvirt::hypervisor::{DomainState, StopReason};
 use crate::libvirt::volume_xml::{
     VolumeFormat, full_clone_volume, ignition_volume, ignition_volume_name, overlay_volume, root_volume_name,
 };
@@ -247,6 +247,7 @@ fn domain_lifecycle_leaves_nothing_behind() {
     for op in [
         VirtHypervisor::start as fn(&VirtHypervisor, &str) -> HvResult<()>,
         VirtHypervisor::destroy,
+        VirtHypervisor::shutdown,
         VirtHypervisor::undefine_with_nvram,
     ] {
         let e = op(&f.hv, "w1").unwrap_err();
@@ -258,6 +259,43 @@ fn domain_lifecycle_leaves_nothing_behind() {
     assert_eq!(f.hv.list_volumes("pool1").unwrap(), vec!["base.qcow2".to_owned()]);
     let left: Vec<_> = std::fs::read_dir(f.pool_dir()).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// A bare test-driver domain whose guest does `on_poweroff` (the test driver honours it).
+fn bare_domain(name: &str, on_poweroff: &str) -> DomainXml {
+    let uuid = Uuid::new_v5(&Uuid::NAMESPACE_OID, name.as_bytes());
+    let xml = format!(
+        "<domain type='test'><name>{name}</name><uuid>{uuid}</uuid><memory unit='MiB'>64</memory>\
+         <vcpu>1</vcpu><os><type arch='x86_64'>hvm</type></os><on_poweroff>{on_poweroff}</on_poweroff></domain>"
+    );
+    DomainXml {
+        name: name.to_owned(),
+        uuid,
+        xml,
+    }
+}
+
+#[test]
+fn shutdown_asks_the_guest_and_the_state_says_why_it_stopped() {
+    let f = Fixture::new();
+    let reason = |name: &str| {
+        let d = f.hv.domain(name).unwrap().unwrap();
+        (d.state, d.stop_reason)
+    };
+    let info = f.hv.define_and_start(&bare_domain("polite", "destroy")).unwrap();
+    assert_eq!(info.stop_reason, None, "running");
+    f.hv.shutdown("polite").unwrap();
+    assert_eq!(reason("polite"), (DomainState::Shutoff, Some(StopReason::ShutDown)));
+    f.hv.shutdown("polite").unwrap();
+    f.hv.start("polite").unwrap();
+    assert_eq!(reason("polite"), (DomainState::Running, None));
+    f.hv.destroy("polite").unwrap();
+    assert_eq!(reason("polite"), (DomainState::Shutoff, Some(StopReason::Destroyed)));
+
+    // A guest that restarts on power-off never stops: what a guest ignoring ACPI looks like.
+    f.hv.define_and_start(&bare_domain("stubborn", "restart")).unwrap();
+    f.hv.shutdown("stubborn").unwrap();
+    assert_eq!(reason("stubborn"), (DomainState::Running, None));
 }
 
 #[test]

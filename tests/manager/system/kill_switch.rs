@@ -9,14 +9,49 @@ use super::{Genuine, indent, pool_files, run, var, virsh, wait};
 pub(super) const NS: &str = "sys";
 
 /// The host, cluster and Ignition Secret in namespace [`NS`], and a ScheduledMachine `name`
-/// with `schedule` (a YAML flow mapping) whose VM gets the static `address`.
+/// with `schedule` (a YAML flow mapping) whose VM gets the static `address`. Its disk is blank
+/// (the firmware finds nothing to boot), so its guest ignores ACPI: it is deleted `Hard`, as a
+/// `Graceful` deletion would wait out its timeout (`power_off.rs` covers that).
 pub(super) fn manifests(api_port: &str, name: &str, schedule: &str, address: &str) -> String {
+    let worker = Worker {
+        name,
+        schedule,
+        address,
+        base_image: &var("CAPLV_SYS_BASE_IMAGE"),
+        shutdown: "{mode: Hard}",
+    };
+    worker_manifests(api_port, &worker)
+}
+
+/// A ScheduledMachine's worker: its VM's static address, the base image it boots and its
+/// `spec.shutdown` (YAML flow mappings where it says so).
+pub(super) struct Worker<'a> {
+    /// The ScheduledMachine's (and so the Machine's and LibvirtMachine's) name.
+    pub name: &'a str,
+    /// `spec.schedule`.
+    pub schedule: &'a str,
+    /// The VM's address with its prefix length.
+    pub address: &'a str,
+    /// A volume in the pool.
+    pub base_image: &'a str,
+    /// The LibvirtMachine's `spec.shutdown`.
+    pub shutdown: &'a str,
+}
+
+/// [`manifests`] for any [`Worker`].
+pub(super) fn worker_manifests(api_port: &str, worker: &Worker<'_>) -> String {
+    let Worker {
+        name,
+        schedule,
+        address,
+        base_image: base,
+        shutdown,
+    } = worker;
     let key = std::fs::read_to_string(var("CAPLV_SYS_CLIENT_KEY")).unwrap();
-    let (uri, pin, pool, base, code, vars) = (
+    let (uri, pin, pool, code, vars) = (
         var("CAPLV_SYS_URI"),
         var("CAPLV_SYS_FINGERPRINT"),
         var("CAPLV_SYS_POOL"),
-        var("CAPLV_SYS_BASE_IMAGE"),
         var("CAPLV_SYS_OVMF_CODE"),
         var("CAPLV_SYS_OVMF_VARS"),
     );
@@ -84,6 +119,7 @@ spec:
       hostRef: {{name: sys}}
       domain: {{firmware: uefi, vcpus: 1, memoryMB: 512, type: qemu}}
       rootDisk: {{baseImage: {base}, storagePool: {pool}, size: 128Mi}}
+      shutdown: {shutdown}
       network:
         type: network
         name: default

@@ -17,6 +17,7 @@ mod kill_switch;
 mod lead_time;
 mod maintenance;
 mod networking;
+mod power_off;
 mod reclaim;
 mod seed_flow;
 

@@ -272,7 +272,32 @@ fn a_provisioned_machine_is_watched_or_told_its_host_is_gone() {
         owned(Some(host(true)), Some("s"), Bootstrap::NotRead),
         INTERVAL,
     );
-    assert!(matches!(d.step, Step::Watch(_)));
+    assert!(matches!(
+        d.step,
+        Step::Watch {
+            owner_deleting: false,
+            ..
+        }
+    ));
+    let mut deleting = capi_machine(Some("s"));
+    deleting.deleting = true;
+    let observed = Observed::Owned(Box::new(Owned {
+        machine: deleting,
+        host: Some(host(true)),
+        pool: None,
+        bootstrap: Bootstrap::NotRead,
+    }));
+    let d = decide(&m, &id(&m), observed, INTERVAL);
+    assert!(
+        matches!(
+            d.step,
+            Step::Watch {
+                owner_deleting: true,
+                ..
+            }
+        ),
+        "the watch learns that the Machine is being deleted"
+    );
     let d = decide(&m, &id(&m), owned(None, Some("s"), Bootstrap::NotRead), INTERVAL);
     let Step::Wait(w) = d.step else {
         panic!("expected a wait");
@@ -425,7 +450,7 @@ fn an_unreachable_host_waits_with_its_reason() {
 
 fn watched(hv: &FakeHypervisor, m: &LibvirtMachine) -> Outcome {
     let identity = id(m);
-    let result = watch::inspect_and_restart(hv, &identity.node_name, identity.uuid);
+    let result = watch::inspect_and_restart(hv, &identity.node_name, identity.uuid, false);
     let called = HostCall::Ran {
         result,
         fingerprint: None,
