@@ -2,9 +2,9 @@
 # The genuine control plane for caplv's tests, on 127.0.0.1 only: etcd, kube-apiserver (Node and
 # RBAC authorizers, default admission plugins plus NodeRestriction), kube-controller-manager
 # (garbage collector, namespaces, CSR signing and cleaning, service-account tokens, RBAC
-# aggregation, disruption budgets) and Cluster API core with its own CRDs, conversion and
-# admission webhooks. Every component is built from its Go module (testbed/*/go.mod pins the
-# versions) and cached under ~/.cache/caplv/.
+# aggregation, disruption budgets), Cluster API core with its own CRDs, conversion and
+# admission webhooks, and Cluster API's in-cluster IPAM provider the same way. Every component is
+# built from its Go module (testbed/*/go.mod pins the versions) and cached under ~/.cache/caplv/.
 #
 #   scripts/control-plane.sh build           build and cache every component (both CAPI releases)
 #   scripts/control-plane.sh up DIR          start everything; writes DIR/admin.kubeconfig, DIR/env
@@ -12,11 +12,13 @@
 #
 # The API server writes an audit log (DIR/audit.log: user, verb, resource and response code of
 # every request). CAPLV_CAPI_VERSION=v1beta1 (Cluster API v1.10, as OpenShift 4.20 ships; the
-# default) or v1beta2 (the newest Cluster API release) chooses the core. Cluster API's webhook
-# server has no listen-address flag and binds its port on all addresses; only the loopback URLs
-# of the webhook configurations point at it. Ports: CAPLV_CP_PORT_BASE (default 26000)
-# + 443 API, +379/+380 etcd, +257 kube-controller-manager, +1443 CAPI webhooks, +1440 CAPI health,
-# +1444 CAPI diagnostics; all below the kernel's ephemeral range (32768 and up), so no client
+# default) or v1beta2 (the newest Cluster API release) chooses the core; the IPAM provider (built
+# against v1.10, speaking ipam v1beta1, which both cores serve) is the same for both. The webhook
+# servers of Cluster API and the IPAM provider have no listen-address flag and bind their ports on
+# all addresses; only the loopback URLs of the webhook configurations point at them. Ports:
+# CAPLV_CP_PORT_BASE (default 26000) + 443 API, +379/+380 etcd, +257 kube-controller-manager,
+# +1443 CAPI webhooks, +1440 CAPI health, +1444 CAPI diagnostics, +1543 IPAM webhooks, +1540 IPAM
+# health, +1544 IPAM metrics; all below the kernel's ephemeral range (32768 and up), so no client
 # socket can take one between the check and the bind.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,6 +54,9 @@ kube_dir() { echo "$cache/kubernetes-$(module_version kube k8s.io/kubernetes)"; 
 etcd_dir() { echo "$cache/etcd-$(module_version etcd go.etcd.io/etcd/server/v3)"; }
 capi_module() { echo "capi-$1"; }
 capi_dir() { echo "$cache/cluster-api-$(module_version "$(capi_module "$1")" sigs.k8s.io/cluster-api)"; }
+ipam_module=sigs.k8s.io/cluster-api-ipam-provider-in-cluster
+ipam_version() { module_version ipam-in-cluster $ipam_module; }
+ipam_dir() { echo "$cache/ipam-in-cluster-$(ipam_version)"; }
 
 build_kube() {
   local v
@@ -77,6 +82,13 @@ build_capi() {
     "-X sigs.k8s.io/cluster-api/version.gitVersion=$v" "$pkg"
 }
 
+# The provider's main.go logs client-go's version as its own (and client-go puts it in the
+# user agent): make that the release.
+build_ipam() {
+  build_tool ipam-in-cluster "$(ipam_dir)/manager" \
+    "-X k8s.io/client-go/pkg/version.gitVersion=$(ipam_version)" $ipam_module
+}
+
 # The module's config/ tree (CRDs, webhooks, RBAC): v1.10 keeps it at the root, later releases
 # under core/.
 capi_config() {
@@ -84,6 +96,12 @@ capi_config() {
   mod=$(cd "$root/testbed/$(capi_module "$1")" && go mod download sigs.k8s.io/cluster-api &&
     go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
   [ -d "$mod/core/config" ] && echo "$mod/core/config" || echo "$mod/config"
+}
+
+ipam_config() {
+  local mod
+  mod=$(cd "$root/testbed/ipam-in-cluster" && go mod download $ipam_module && go list -m -f '{{.Dir}}' $ipam_module)
+  echo "$mod/config"
 }
 
 check_prerequisites() {
@@ -101,6 +119,7 @@ cmd_build() {
   build_kube
   build_capi v1beta1
   build_capi v1beta2
+  build_ipam
 }
 
 # --- PKI ----------------------------------------------------------------------------------
@@ -134,12 +153,16 @@ make_pki() {
   cert admin ca "/O=system:masters/CN=caplv-testbed-admin"
   cert kcm ca /CN=system:kube-controller-manager
   cert capi ca /CN=capi-manager
+  cert ipam ca /CN=capi-ipam-in-cluster-manager
   cert webhook webhook-ca /CN=capi-webhook "IP:127.0.0.1"
+  cert ipam-webhook webhook-ca /CN=capi-ipam-in-cluster-webhook "IP:127.0.0.1"
   openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key" 2>/dev/null
   openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
-  mkdir -p "$dir/capi-webhook"
+  mkdir -p "$dir/capi-webhook" "$dir/ipam-webhook"
   cp "$pki/webhook.crt" "$dir/capi-webhook/tls.crt"
   cp "$pki/webhook.key" "$dir/capi-webhook/tls.key"
+  cp "$pki/ipam-webhook.crt" "$dir/ipam-webhook/tls.crt"
+  cp "$pki/ipam-webhook.key" "$dir/ipam-webhook/tls.key"
 }
 
 # kubeconfig NAME CERT: a kubeconfig for the API server as the holder of CERT.
@@ -224,6 +247,24 @@ api_get() {
 
 kubectl_admin() { "$kube/kubectl" --kubeconfig "$dir/admin.kubeconfig" "$@"; }
 
+# provider_manifests NAME CONFIG WEBHOOK_PORT USER PREFIX: prepare a provider's RBAC (bound to
+# USER), CRDs and webhook configurations from its module's config/ into DIR/NAME-manifests/ (names
+# prefixed with PREFIX, as its kustomization would), apply the RBAC and the CRDs and wait until
+# they are established. The webhook configurations wait until the provider serves them.
+provider_manifests() {
+  local name=$1 config=$2 port=$3 user=$4 prefix=$5 part
+  local out="$dir/$name-manifests"
+  mkdir -p "$out"
+  for part in rbac crds webhooks; do
+    "$python" "$root/testbed/capi_manifests.py" "$config" "$port" "$pki/webhook-ca.crt" "$user" "$prefix" "$part" \
+      >"$out/$part.yaml" || fail "cannot prepare $name $part from $config"
+  done
+  kubectl_admin apply --server-side -f "$out/rbac.yaml" >/dev/null || fail "cannot apply $name RBAC"
+  kubectl_admin apply --server-side -f "$out/crds.yaml" >/dev/null || fail "cannot apply $name CRDs"
+  kubectl_admin wait --for condition=established --timeout 60s -f "$out/crds.yaml" >/dev/null ||
+    fail "$name CRDs were not established"
+}
+
 cmd_up() {
   dir=${1:?usage: control-plane.sh up DIR}
   local contract=${CAPLV_CAPI_VERSION:-v1beta1}
@@ -238,7 +279,8 @@ cmd_up() {
   api_port=$((base + 443))
   local etcd_port=$((base + 379)) peer_port=$((base + 380)) kcm_port=$((base + 257))
   local hook_port=$((base + 1443)) health_port=$((base + 1440)) diag_port=$((base + 1444))
-  [ $((base + 1444)) -lt 32768 ] || die "CAPLV_CP_PORT_BASE=$base puts ports in the ephemeral range; use at most 31000"
+  local ipam_hook_port=$((base + 1543)) ipam_health_port=$((base + 1540)) ipam_metrics_port=$((base + 1544))
+  [ $((base + 1544)) -lt 32768 ] || die "CAPLV_CP_PORT_BASE=$base puts ports in the ephemeral range; use at most 31000"
   port_free $api_port kube-apiserver
   port_free $etcd_port etcd
   port_free $peer_port "etcd peer"
@@ -246,16 +288,22 @@ cmd_up() {
   port_free $hook_port "cluster-api webhooks"
   port_free $health_port "cluster-api health"
   port_free $diag_port "cluster-api diagnostics"
+  port_free $ipam_hook_port "ipam-in-cluster webhooks"
+  port_free $ipam_health_port "ipam-in-cluster health"
+  port_free $ipam_metrics_port "ipam-in-cluster metrics"
 
   build_etcd
   build_kube
   build_capi "$contract"
+  build_ipam
   local began=$SECONDS
   kube=$(kube_dir)
-  local etcd capi config
+  local etcd capi config ipam ipam_cfg
   etcd=$(etcd_dir)/etcd
   capi=$(capi_dir "$contract")/manager
   config=$(capi_config "$contract")
+  ipam=$(ipam_dir)/manager
+  ipam_cfg=$(ipam_config)
 
   mkdir -p "$dir/logs" "$dir/pids" "$dir/etcd"
   dir=$(cd "$dir" && pwd)
@@ -265,6 +313,7 @@ cmd_up() {
   kubeconfig admin admin
   kubeconfig kcm kcm
   kubeconfig capi capi
+  kubeconfig ipam ipam
 
   start etcd "$etcd" --name caplv-testbed --data-dir "$dir/etcd" --unsafe-no-fsync \
     --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
@@ -303,17 +352,8 @@ cmd_up() {
 
   # Cluster API core: its RBAC bound to the identity it runs as, its CRDs (conversion served by
   # the manager itself), then the manager, then the admission webhooks it serves.
-  local manifests="$dir/capi-manifests"
-  mkdir -p "$manifests"
-  for part in rbac crds webhooks; do
-    "$python" "$root/testbed/capi_manifests.py" "$config" "$hook_port" "$pki/webhook-ca.crt" capi-manager "$part" \
-      >"$manifests/$part.yaml" || fail "cannot prepare Cluster API $part from $config"
-  done
   kubectl_admin create namespace capi-system >/dev/null || fail "cannot create namespace capi-system"
-  kubectl_admin apply --server-side -f "$manifests/rbac.yaml" >/dev/null || fail "cannot apply Cluster API RBAC"
-  kubectl_admin apply --server-side -f "$manifests/crds.yaml" >/dev/null || fail "cannot apply Cluster API CRDs"
-  kubectl_admin wait --for condition=established --timeout 60s -f "$manifests/crds.yaml" >/dev/null ||
-    fail "Cluster API CRDs were not established"
+  provider_manifests cluster-api "$config" "$hook_port" capi-manager capi-
   POD_NAMESPACE=capi-system KUBECONFIG="$dir/capi.kubeconfig" start cluster-api "$capi" \
     --kubeconfig "$dir/capi.kubeconfig" --leader-elect=false \
     --webhook-port "$hook_port" --webhook-cert-dir "$dir/capi-webhook" \
@@ -321,7 +361,21 @@ cmd_up() {
     --diagnostics-address "127.0.0.1:$diag_port" --insecure-diagnostics=true \
     --sync-period 10m
   wait_ready cluster-api 120 curl -sf "http://127.0.0.1:$health_port/readyz"
-  kubectl_admin apply --server-side -f "$manifests/webhooks.yaml" >/dev/null || fail "cannot apply Cluster API webhooks"
+  kubectl_admin apply --server-side -f "$dir/cluster-api-manifests/webhooks.yaml" >/dev/null || fail "cannot apply Cluster API webhooks"
+
+  # The in-cluster IPAM provider, the same way, once core (whose CRDs hold IPAddressClaim and
+  # IPAddress) is up. Its readyz is a bare ping, so its webhook server is waited for too: a TLS
+  # handshake against the webhook CA and any HTTP answer.
+  provider_manifests ipam-in-cluster "$ipam_cfg" "$ipam_hook_port" capi-ipam-in-cluster-manager capi-ipam-in-cluster-
+  start ipam-in-cluster "$ipam" \
+    --kubeconfig "$dir/ipam.kubeconfig" --leader-elect=false \
+    --webhook-port "$ipam_hook_port" --webhook-cert-dir "$dir/ipam-webhook" \
+    --health-probe-bind-address "127.0.0.1:$ipam_health_port" \
+    --metrics-bind-address "127.0.0.1:$ipam_metrics_port"
+  wait_ready ipam-in-cluster 60 curl -sf "http://127.0.0.1:$ipam_health_port/readyz"
+  wait_ready ipam-in-cluster 30 curl -s -o /dev/null --cacert "$pki/webhook-ca.crt" "https://127.0.0.1:$ipam_hook_port/"
+  kubectl_admin apply --server-side -f "$dir/ipam-in-cluster-manifests/webhooks.yaml" >/dev/null ||
+    fail "cannot apply ipam-in-cluster webhooks"
 
   local release
   release=$(module_version "$(capi_module "$contract")" sigs.k8s.io/cluster-api)
@@ -337,9 +391,10 @@ KUBECACHEDIR=$KUBECACHEDIR
 CAPLV_CP_KUBERNETES_VERSION=$(module_version kube k8s.io/kubernetes)
 CAPLV_CAPI_VERSION=$contract
 CAPLV_CAPI_RELEASE=$release
+CAPLV_CP_IPAM_RELEASE=$(ipam_version)
 EOF
   trap - INT TERM
-  echo "control-plane: up in $((SECONDS - began)) s: Kubernetes $(module_version kube k8s.io/kubernetes), Cluster API $release ($contract) at https://127.0.0.1:$api_port; env in $dir/env" >&2
+  echo "control-plane: up in $((SECONDS - began)) s: Kubernetes $(module_version kube k8s.io/kubernetes), Cluster API $release ($contract), in-cluster IPAM $(ipam_version) at https://127.0.0.1:$api_port; env in $dir/env" >&2
 }
 
 cmd_down() {

@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""Cluster API core's own manifests, made ready for a control plane on 127.0.0.1.
+"""A Cluster API provider's own manifests, made ready for a control plane on 127.0.0.1.
 
-Reads the `config/` tree of the cluster-api Go module (the same files its kustomize build
-uses) and prints one YAML stream:
+Reads the `config/` tree of a provider's Go module (cluster-api's core, or the in-cluster IPAM
+provider's: the same files their kustomize builds use) and prints one YAML stream:
 
 - the CRDs, with the conversion webhook that the module's `crd/patches` enable, pointed at
-  the core manager on https://127.0.0.1:<port>/convert behind the given CA bundle;
+  the provider's manager on https://127.0.0.1:<port>/convert behind the given CA bundle;
 - the mutating and validating webhook configurations, pointed the same way instead of at the
   in-cluster Service;
 - the manager's ClusterRoles, bound to the user the manager authenticates as.
 
-Usage: capi_manifests.py CONFIG_DIR WEBHOOK_PORT CA_FILE USER {crds|rbac|webhooks}
+Webhook configurations and ClusterRoles get PREFIX before their names (as the kustomization's
+namePrefix does), since every provider calls its own `manager-role` and
+`validating-webhook-configuration`.
+
+Usage: capi_manifests.py CONFIG_DIR WEBHOOK_PORT CA_FILE USER PREFIX {crds|rbac|webhooks}
 """
 
 import base64
@@ -49,17 +53,17 @@ def crds(config, port, ca_bundle):
     return out
 
 
-def webhooks(config, port, ca_bundle):
+def webhooks(config, port, ca_bundle, prefix):
     out = []
     for doc in load_all(config / "webhook" / "manifests.yaml"):
-        doc["metadata"]["name"] = "capi-" + doc["metadata"]["name"]
+        doc["metadata"]["name"] = prefix + doc["metadata"]["name"]
         for hook in doc.get("webhooks", []):
             hook["clientConfig"] = url_config(hook["clientConfig"], port, ca_bundle)
         out.append(doc)
     return out
 
 
-def rbac(config, user):
+def rbac(config, user, prefix):
     out = []
     for name in ("role.yaml", "aggregated_role.yaml"):
         path = config / "rbac" / name
@@ -68,7 +72,7 @@ def rbac(config, user):
         for role in load_all(path):
             if role.get("kind") != "ClusterRole":
                 continue
-            role["metadata"]["name"] = "capi-" + role["metadata"]["name"]
+            role["metadata"]["name"] = prefix + role["metadata"]["name"]
             role["metadata"].pop("namespace", None)
             out.append(role)
             out.append({
@@ -86,15 +90,15 @@ def rbac(config, user):
 
 
 def main():
-    if len(sys.argv) != 6:
+    if len(sys.argv) != 7:
         sys.exit(__doc__.strip().splitlines()[-1])
-    config, port, ca_file, user, what = sys.argv[1:]
+    config, port, ca_file, user, prefix, what = sys.argv[1:]
     config = pathlib.Path(config)
     ca_bundle = base64.b64encode(pathlib.Path(ca_file).read_bytes()).decode()
     docs = {
         "crds": lambda: crds(config, port, ca_bundle),
-        "webhooks": lambda: webhooks(config, port, ca_bundle),
-        "rbac": lambda: rbac(config, user),
+        "webhooks": lambda: webhooks(config, port, ca_bundle, prefix),
+        "rbac": lambda: rbac(config, user, prefix),
     }[what]()
     yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
 

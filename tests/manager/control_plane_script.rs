@@ -106,6 +106,14 @@ fn a_component_that_cannot_start_is_named_and_stopped() {
         &["manager"],
         "exit 1",
     );
+    fake(
+        cache.join(format!(
+            "ipam-in-cluster-{}",
+            version("ipam-in-cluster", "sigs.k8s.io/cluster-api-ipam-provider-in-cluster")
+        )),
+        &["manager"],
+        "exit 1",
+    );
     let cp = dir.path().join("cp");
     let base = free_base().to_string();
     let out = up(
