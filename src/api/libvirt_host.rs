@@ -16,6 +16,8 @@ use super::{common::DURATION_PATTERN, condition::Condition};
     namespaced,
     status = "LibvirtHostStatus",
     shortname = "lvh",
+    // No Cluster owns a host: `clusterctl move` takes every LibvirtHost of the namespace along.
+    label("clusterctl.cluster.x-k8s.io/move-hierarchy", ""),
     category = "caplv",
     doc = "A libvirt hypervisor that runs worker VMs, reached over SSH with a pinned host key.",
     printcolumn(

@@ -288,105 +288,6 @@ pub struct AdditionalDiskSpec {
     pub bus: DiskBus,
 }
 
-/// One network interface of the VM.
-#[derive(KubeSchema, Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[x_kube(validation = Rule::new("self.dhcp || (has(self.addresses) && size(self.addresses) > 0)").message("give static addresses or set dhcp: true"))]
-#[x_kube(validation = Rule::new("(self.type == 'direct') == has(self.mode)").message("mode is required for type direct and allowed only there"))]
-#[x_kube(validation = Rule::new("!self.dhcp || !has(self.addresses) || (self.type == 'network' && size(self.addresses) == 1)").message("with dhcp, addresses may hold one IPv4 address to reserve, on type network only"))]
-#[x_kube(validation = Rule::new("!self.dhcp || (!has(self.gateway) && !has(self.ipv6Gateway))").message("with dhcp the gateway comes from the DHCP server"))]
-#[serde(rename_all = "camelCase")]
-pub struct NetworkSpec {
-    /// `network`: a libvirt network; `bridge`: an existing host bridge; `direct`: macvtap on a
-    /// host NIC (needs `mode`).
-    #[serde(rename = "type")]
-    pub type_: NetworkType,
-    /// libvirt network name, host bridge name, or (for `direct`) host NIC name.
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_.:-]+$"), length(min = 1, max = 255))]
-    pub name: String,
-    /// NIC model.
-    #[serde(default = "default_nic_model")]
-    #[schemars(regex(pattern = r"^[a-z0-9-]+$"))]
-    pub model: String,
-    /// Guest interface name the static configuration is written for.
-    #[serde(default = "default_interface_name")]
-    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,15}$"), length(min = 1, max = 15))]
-    pub interface_name: String,
-    /// macvtap mode for `type: direct`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<DirectMode>,
-    /// Static addresses with prefix length, IPv4 or IPv6, e.g. `192.168.122.100/24`. With
-    /// `dhcp: true` on a `network` interface, one IPv4 address here is reserved for this VM's
-    /// MAC in the libvirt network's DHCP server; leave it out to take any address of the
-    /// network's DHCP range.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 16))]
-    pub addresses: Vec<String>,
-    /// Configure the guest interface by DHCP (NetworkManager `method=auto`) instead of static
-    /// addresses; `status.addresses` then comes from the network's DHCP leases or the guest
-    /// agent.
-    #[serde(default)]
-    pub dhcp: bool,
-    /// IPv4 default gateway.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gateway: Option<String>,
-    /// IPv6 default gateway.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipv6_gateway: Option<String>,
-    /// DNS settings written into the guest's connection profile.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dns: Option<DnsSpec>,
-    /// MAC address; derived from the LibvirtMachine's UID when unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$"))]
-    pub mac_address: Option<String>,
-}
-
-fn default_nic_model() -> String {
-    "virtio".to_owned()
-}
-
-fn default_interface_name() -> String {
-    "enp1s0".to_owned()
-}
-
-/// Kinds of network attachment.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum NetworkType {
-    /// A libvirt-managed network.
-    Network,
-    /// An existing host bridge.
-    Bridge,
-    /// macvtap directly on a host NIC.
-    Direct,
-}
-
-/// macvtap modes of a `direct` interface.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum DirectMode {
-    /// Traffic goes out to the external switch, even between guests (needs a VEPA switch).
-    Vepa,
-    /// Guests on the same NIC talk directly; the host itself is not reachable.
-    Bridge,
-    /// Like `vepa`, but guests on the NIC never reach each other.
-    Private,
-    /// The NIC is given to this one guest.
-    Passthrough,
-}
-
-/// DNS settings for the guest.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct DnsSpec {
-    /// Name server addresses.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nameservers: Vec<String>,
-    /// Search domains.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub search_domains: Vec<String>,
-}
-
 /// Observed state of a LibvirtMachine.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -404,6 +305,10 @@ pub struct LibvirtMachineStatus {
     /// Addresses CAPI copies to the Machine: InternalIP, InternalDNS and Hostname (the node name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<MachineAddress>,
+    /// The addresses claimed from `networks[].addressesFromPools`, fixed before the VM is
+    /// created: its keyfiles and `addresses` are built from them for the machine's life.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claimed_addresses: Vec<ClaimedAddress>,
     /// When the VM was first provisioned; kubelet bootstrap CSRs are approved only for a while
     /// after this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -447,6 +352,21 @@ impl LibvirtMachine {
             .or(self.spec.host_ref.as_ref())
             .map(|r| r.name.as_str())
     }
+}
+
+/// One address an IPAM provider allocated for an interface.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedAddress {
+    /// The guest interface (`networks[].interfaceName`) it configures.
+    pub interface_name: String,
+    /// The `IPAddressClaim` that holds it.
+    pub claim: String,
+    /// The address with its prefix length, e.g. `10.10.0.12/24`.
+    pub address: String,
+    /// The pool's gateway, used when the interface names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
 }
 
 /// Resources committed to one machine on its host.
@@ -503,6 +423,8 @@ pub struct DhcpReservation {
     pub hostname: Option<String>,
 }
 
+pub use super::machine_network::{DirectMode, DnsSpec, IpPoolReference, NetworkSpec, NetworkType};
+
 pub use super::libvirt_machine_template::{
     LibvirtMachineTemplate, LibvirtMachineTemplateResource, LibvirtMachineTemplateSpec, LibvirtMachineTemplateStatus,
     TemplateMetadata, TemplateNodeInfo,
@@ -537,6 +459,8 @@ crate::condition_names! {
         BootstrapDataNotFound,
         /// The bootstrap data Secret is not Ignition, or has no `value`.
         InvalidBootstrapData,
+        /// An `IPAddressClaim` of `addressesFromPools` has no address yet.
+        WaitingForIPAddress,
         /// The LibvirtHost does not exist.
         HostNotFound,
         /// The LibvirtHost is not ready.

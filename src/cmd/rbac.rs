@@ -122,6 +122,18 @@ pub const CAPLV: &[Rule] = &[
         "host maintenance: delete a LibvirtMachine that has no owner Machine",
     ),
     rule(
+        &["ipam.cluster.x-k8s.io"],
+        &["ipaddressclaims"],
+        &["get", "create", "delete"],
+        "IPAM: claim an address per interface and pool of addressesFromPools, release it at deletion",
+    ),
+    rule(
+        &["ipam.cluster.x-k8s.io"],
+        &["ipaddresses"],
+        &["get"],
+        "IPAM: read the IPAddress a claim is bound to",
+    ),
+    rule(
         &["controlplane.cluster.x-k8s.io"],
         &["selfmanagedcontrolplanes"],
         &["get", "list", "watch", "create", "patch"],

@@ -422,6 +422,7 @@ mod tests {
             mac_address: Some("52:54:00:aa:bb:cc".into()),
             mode: None,
             dhcp: false,
+            addresses_from_pools: Vec::new(),
         };
         let f = MachineFacts::from_spec("n1", "libvirt:///x", &[&spec]);
         assert_eq!(f.network.interface_name, "ens3");

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::libvirt_machine::{capi_machines, fixture, hv, lvms, machine, wait_gone, wait_reason};
 
 /// The keyfile for `iface` in a rendered Ignition config.
-fn keyfile_in(ignition: &[u8], iface: &str) -> keyfile::Keyfile {
+pub(crate) fn keyfile_in(ignition: &[u8], iface: &str) -> keyfile::Keyfile {
     let v: Value = serde_json::from_slice(ignition).unwrap();
     let path = format!("/etc/NetworkManager/system-connections/{iface}.nmconnection");
     let file = v["storage"]["files"]

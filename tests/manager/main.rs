@@ -17,6 +17,7 @@ mod leader;
 mod libvirt_cluster;
 mod libvirt_host;
 mod libvirt_machine;
+mod machine_ipam;
 mod machine_networking;
 mod maintenance;
 mod node_join;

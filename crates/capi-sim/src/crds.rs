@@ -1,6 +1,7 @@
-//! CRD manifests for the CAPI core kinds the simulator plays, `Cluster` and `Machine`, and for
+//! CRD manifests for the CAPI core kinds the simulator plays, `Cluster` and `Machine`, for
 //! `MachineDeployment` and `MachineSet`, which it serves but does not reconcile (a
-//! ScheduledCapacity only sets their `spec.replicas`).
+//! ScheduledCapacity only sets their `spec.replicas`), and for the IPAM contract's
+//! `IPAddressClaim` and `IPAddress`, which core ships and IPAM providers fill in.
 //!
 //! Each served version's schema lives in its own YAML file under `crds/` (trimmed from the
 //! upstream CRDs to the fields providers and this simulator use); this module builds the
@@ -23,6 +24,11 @@ const MACHINE_DEPLOYMENT_V1BETA1: &str = include_str!("../crds/machinedeployment
 const MACHINE_DEPLOYMENT_V1BETA2: &str = include_str!("../crds/machinedeployment-v1beta2.yaml");
 const MACHINE_SET_V1BETA1: &str = include_str!("../crds/machineset-v1beta1.yaml");
 const MACHINE_SET_V1BETA2: &str = include_str!("../crds/machineset-v1beta2.yaml");
+const IP_ADDRESS_CLAIM: &str = include_str!("../crds/ipaddressclaim.yaml");
+const IP_ADDRESS: &str = include_str!("../crds/ipaddress.yaml");
+
+/// API group of the IPAM contract.
+pub const IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
 
 /// Which CAPI core API versions are installed and spoken.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -71,25 +77,51 @@ fn version_entries(versions: CapiVersions, v1beta1: &str, v1beta2: &str) -> Resu
     })
 }
 
+/// An IPAM kind's one schema under each version `versions` serves (v1beta1 and v1beta2 agree
+/// on every field the YAML keeps).
+fn ipam_version_entries(versions: CapiVersions, yaml: &str) -> Result<Vec<Value>> {
+    let names: &[&str] = match versions {
+        CapiVersions::V1beta1 => &["v1beta1"],
+        CapiVersions::V1beta2 => &["v1beta2"],
+        CapiVersions::Both => &["v1beta1", "v1beta2"],
+    };
+    let spoken = versions.spoken();
+    names
+        .iter()
+        .map(|name| {
+            let mut v: Value =
+                serde_yaml::from_str(yaml).map_err(|e| Error::invalid("embedded CRD version YAML", e.to_string()))?;
+            v["name"] = json!(name);
+            v["storage"] = Value::Bool(*name == spoken);
+            Ok(v)
+        })
+        .collect()
+}
+
 fn envelope(kind: &str, plural: &str, short: &str, versions: Vec<Value>) -> Value {
+    let mut crd = grouped_envelope("cluster.x-k8s.io", kind, plural, versions);
+    crd["spec"]["names"]["shortNames"] = json!([short]);
+    crd
+}
+
+fn grouped_envelope(group: &str, kind: &str, plural: &str, versions: Vec<Value>) -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": format!("{plural}.cluster.x-k8s.io"),
+            "name": format!("{plural}.{group}"),
             "labels": {
                 "cluster.x-k8s.io/provider": "cluster-api",
                 "clusterctl.cluster.x-k8s.io": "",
             },
         },
         "spec": {
-            "group": "cluster.x-k8s.io",
+            "group": group,
             "names": {
                 "kind": kind,
                 "listKind": format!("{kind}List"),
                 "plural": plural,
                 "singular": kind.to_lowercase(),
-                "shortNames": [short],
                 "categories": ["cluster-api"],
             },
             "scope": "Namespaced",
@@ -99,7 +131,8 @@ fn envelope(kind: &str, plural: &str, short: &str, versions: Vec<Value>) -> Valu
     })
 }
 
-/// The Cluster, Machine, MachineDeployment and MachineSet CRDs for `versions`, as JSON manifests.
+/// The Cluster, Machine, MachineDeployment, MachineSet, IPAddressClaim and IPAddress CRDs for
+/// `versions`, as JSON manifests.
 ///
 /// Errors only if an embedded YAML file is malformed, which the unit tests rule out.
 pub fn crds(versions: CapiVersions) -> Vec<Value> {
@@ -128,6 +161,18 @@ pub fn crds(versions: CapiVersions) -> Vec<Value> {
                 "machinesets",
                 "ms",
                 version_entries(versions, MACHINE_SET_V1BETA1, MACHINE_SET_V1BETA2)?,
+            ),
+            grouped_envelope(
+                IPAM_GROUP,
+                "IPAddressClaim",
+                "ipaddressclaims",
+                ipam_version_entries(versions, IP_ADDRESS_CLAIM)?,
+            ),
+            grouped_envelope(
+                IPAM_GROUP,
+                "IPAddress",
+                "ipaddresses",
+                ipam_version_entries(versions, IP_ADDRESS)?,
             ),
         ])
     };
@@ -188,10 +233,10 @@ mod tests {
     }
 
     #[test]
-    fn every_configuration_builds_four_typed_crds() {
+    fn every_configuration_builds_six_typed_crds() {
         for versions in [CapiVersions::V1beta1, CapiVersions::V1beta2, CapiVersions::Both] {
             let all = crds(versions);
-            assert_eq!(all.len(), 4);
+            assert_eq!(all.len(), 6);
             for crd in all {
                 let _typed: CustomResourceDefinition = serde_json::from_value(crd.clone()).unwrap();
                 let storage: Vec<_> = served(&crd).into_iter().filter(|(_, s)| *s).collect();
@@ -199,10 +244,13 @@ mod tests {
             }
         }
         let both = crds(CapiVersions::Both);
-        assert_eq!(
-            served(&both[1]),
-            vec![("v1beta1".into(), false), ("v1beta2".into(), true)]
-        );
+        for i in [1, 4] {
+            assert_eq!(
+                served(&both[i]),
+                vec![("v1beta1".into(), false), ("v1beta2".into(), true)]
+            );
+        }
+        assert_eq!(both[4]["metadata"]["name"], "ipaddressclaims.ipam.cluster.x-k8s.io");
     }
 
     #[test]
@@ -225,7 +273,7 @@ mod tests {
     #[test]
     fn machine_deployments_and_sets_scale_their_spec_replicas() {
         for versions in [CapiVersions::V1beta1, CapiVersions::V1beta2] {
-            for crd in &crds(versions)[2..] {
+            for crd in &crds(versions)[2..4] {
                 let version = &crd["spec"]["versions"][0];
                 assert_eq!(version["subresources"]["scale"]["specReplicasPath"], ".spec.replicas");
                 let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];

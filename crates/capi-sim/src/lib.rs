@@ -8,7 +8,9 @@
 //! - **CRDs** for `clusters.cluster.x-k8s.io` and `machines.cluster.x-k8s.io` in v1beta1
 //!   (CAPI ≤1.10, OpenShift 4.16–4.20), v1beta2 (CAPI ≥1.11) or both served ([`crds()`]), and
 //!   for `machinedeployments` and `machinesets` (schema trimmed to the replica count and the
-//!   fields core requires, with the `scale` subresource), which are served but not reconciled.
+//!   fields core requires, with the `scale` subresource), which are served but not reconciled,
+//!   and for the IPAM contract's `ipaddressclaims` and `ipaddresses` (`ipam.cluster.x-k8s.io`,
+//!   served but never bound: an IPAM provider, or a test playing one, binds claims).
 //! - **Cluster controller**: ownerRef + `cluster.x-k8s.io/cluster-name` label on the
 //!   InfraCluster and the control plane object (a controller ref with blockOwnerDeletion under
 //!   v1beta1, a plain ref under v1beta2, as core v1.10 and v1.14 do), infrastructure readiness mirrored from `status.ready` /

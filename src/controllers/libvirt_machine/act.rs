@@ -13,7 +13,7 @@ use kube::{
 use super::{
     Error, FINALIZER, HOST_RETRY, State, admission, api,
     decide::{Decision, ProvisionPlan, Step, host_invalid_spec},
-    plan, provision,
+    ipam, plan, provision,
     status::{Outcome, Wait, current, paused, waiting, with_ready},
     watch,
 };
@@ -42,6 +42,19 @@ pub(super) async fn act(
         Step::Wait(wait) => Ok(waiting(machine, wait, &now)),
         Step::Pause => Ok(paused(machine, &now)),
         Step::Watch { host, owner_deleting } => watch::check(machine, state, id, &host, owner_deleting).await,
+        Step::Claim { cluster, claims } => {
+            ipam::create(machine, &cluster, &claims, &state.ctx).await?;
+            let names: Vec<&str> = claims.iter().map(|c| c.name.as_str()).collect();
+            let wait = Wait::new(
+                MachineReason::WaitingForIPAddress,
+                format!(
+                    "filed IPAddressClaims {}; waiting for their addresses",
+                    names.join(", ")
+                ),
+                Action::requeue(ipam::POLL),
+            );
+            Ok(waiting(machine, wait, &now))
+        }
         Step::Provision(plan) => {
             let stamps = Stamps {
                 now,
@@ -78,7 +91,16 @@ async fn provision(
 ) -> Result<Outcome, Error> {
     let ctx = &state.ctx;
     let now = &stamps.now;
-    let ProvisionPlan { hosts, root, payload } = plan;
+    let ProvisionPlan {
+        hosts,
+        root,
+        payload,
+        claimed,
+    } = plan;
+    // The claimed addresses go into status with admission's write, and stay for the VM's life.
+    let mut with_claims = machine.clone();
+    with_claims.status.get_or_insert_default().claimed_addresses = claimed;
+    let machine = &with_claims;
     // After admission, carry the written status (host, allocation, artifacts) into every later
     // write.
     let admitted;
@@ -201,7 +223,8 @@ pub(super) fn outcome(
     status.initialization = Some(InfrastructureInitialization {
         provisioned: Some(true),
     });
-    status.addresses = plan::addresses(id, &machine.spec, &done.addresses);
+    let spec = ipam::effective_spec(&machine.spec, ipam::recorded(machine));
+    status.addresses = plan::addresses(id, &spec, &done.addresses);
     status.node_name = Some(id.node_name.clone());
     status.domain_uuid = Some(id.uuid.hyphenated().to_string());
     status.domain_state = Some(done.domain.state.as_str().to_owned());

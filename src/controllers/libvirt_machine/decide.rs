@@ -7,6 +7,7 @@ use kube::{ResourceExt, runtime::controller::Action};
 
 use super::{
     BOOTSTRAP_DATA_KEY, FINALIZER, HOST_RETRY,
+    ipam::{self, ClaimPlan, Ipam},
     observe::{Bootstrap, Observed, Owned},
     plan::{self, Identity, RootDiskPlan},
     status::Wait,
@@ -14,7 +15,7 @@ use super::{
 use crate::{
     api::{
         libvirt_host::LibvirtHost,
-        libvirt_machine::{LibvirtMachine, MachineReason, Reason},
+        libvirt_machine::{ClaimedAddress, LibvirtMachine, MachineReason, Reason},
     },
     reconcile::finalizer,
 };
@@ -33,6 +34,13 @@ pub(super) enum Step {
         /// The owner Machine is being deleted: a guest that shuts down stays off.
         owner_deleting: bool,
     },
+    /// File these IPAM claims for the machine of this Cluster, then wait for their addresses.
+    Claim {
+        /// The Cluster the claims are labelled with.
+        cluster: String,
+        /// The claims to create.
+        claims: Vec<ClaimPlan>,
+    },
     /// Admit the machine to its host (unless it already holds an allocation) and bring its
     /// domain up.
     Provision(Box<ProvisionPlan>),
@@ -47,6 +55,8 @@ pub(super) struct ProvisionPlan {
     pub root: RootDiskPlan,
     /// This VM's rendered Ignition.
     pub payload: Vec<u8>,
+    /// The addresses its IPAM claims are bound to, for `status.claimedAddresses`.
+    pub claimed: Vec<ClaimedAddress>,
 }
 
 /// A step, and whether the finalizer and `spec.providerID` must be written first.
@@ -201,6 +211,20 @@ fn provision_step(machine: &LibvirtMachine, id: &Identity, owned: Owned) -> Step
             Action::await_change(),
         );
     };
+    let claimed = match owned.ipam {
+        Ipam::Unused => Vec::new(),
+        Ipam::Bound(claimed) => claimed,
+        Ipam::Missing(claims) => {
+            return Step::Claim {
+                cluster: owned.machine.cluster_name,
+                claims,
+            };
+        }
+        Ipam::Pending(message) => {
+            return wait(MachineReason::WaitingForIPAddress, message, Action::requeue(ipam::POLL));
+        }
+        Ipam::Invalid(message) => return Step::Wait(Wait::new(host_invalid_spec(), message, Action::await_change())),
+    };
     let hosts = match ready_hosts(machine, owned.host, owned.pool) {
         Ok(hosts) => hosts,
         Err(step) => return step,
@@ -210,8 +234,13 @@ fn provision_step(machine: &LibvirtMachine, id: &Identity, owned: Owned) -> Step
         Ok(root) => root,
         Err(e) => return Step::Wait(Wait::new(host_invalid_spec(), e.to_string(), Action::await_change())),
     };
-    match payload(machine, id, &data_secret, owned.bootstrap) {
-        Ok(payload) => Step::Provision(Box::new(ProvisionPlan { hosts, root, payload })),
+    match payload(machine, id, &data_secret, owned.bootstrap, &claimed) {
+        Ok(payload) => Step::Provision(Box::new(ProvisionPlan {
+            hosts,
+            root,
+            payload,
+            claimed,
+        })),
         Err(wait) => Step::Wait(wait),
     }
 }
@@ -221,8 +250,15 @@ pub(super) const fn host_invalid_spec() -> Reason {
     Reason::Host(crate::api::libvirt_host::HostReason::InvalidSpec)
 }
 
-/// This machine's Ignition: the bootstrap Secret's `value` with its identity injected.
-fn payload(machine: &LibvirtMachine, id: &Identity, name: &str, bootstrap: Bootstrap) -> Result<Vec<u8>, Wait> {
+/// This machine's Ignition: the bootstrap Secret's `value` with its identity (and the addresses
+/// claimed for it) injected.
+fn payload(
+    machine: &LibvirtMachine,
+    id: &Identity,
+    name: &str,
+    bootstrap: Bootstrap,
+    claimed: &[ClaimedAddress],
+) -> Result<Vec<u8>, Wait> {
     let invalid = |message: String| {
         Wait::new(
             MachineReason::InvalidBootstrapData,
@@ -252,9 +288,12 @@ fn payload(machine: &LibvirtMachine, id: &Identity, name: &str, bootstrap: Boots
             "bootstrap data Secret {name:?} has no {BOOTSTRAP_DATA_KEY:?} key"
         )));
     };
-    crate::ignition::render(&value.0, &plan::facts(id, &machine.spec))
-        .map(|rendered| rendered.json)
-        .map_err(|e| Wait::new(Reason::Ignition(e.reason()), e.to_string(), Action::requeue(HOST_RETRY)))
+    crate::ignition::render(
+        &value.0,
+        &plan::facts(id, &ipam::effective_spec(&machine.spec, claimed)),
+    )
+    .map(|rendered| rendered.json)
+    .map_err(|e| Wait::new(Reason::Ignition(e.reason()), e.to_string(), Action::requeue(HOST_RETRY)))
 }
 
 #[cfg(test)]

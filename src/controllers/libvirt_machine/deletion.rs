@@ -1,6 +1,6 @@
 //! Deleting a LibvirtMachine: power the VM off as `spec.shutdown` says ([`super::power_off`]),
 //! remove everything `status.managedArtifacts` names from the host, prove nothing is left,
-//! release the allocation, then drop the finalizer.
+//! release the allocation and the IPAM claims, then drop the finalizer.
 //!
 //! A host that cannot be reached (or whose LibvirtHost is gone) holds the finalizer with
 //! `CleanupStalled=True` and a retry every 30 s, so a network blip never leaks a VM. When the
@@ -17,7 +17,7 @@ use kube::{
 };
 
 use super::{
-    Error, FINALIZER, State, api,
+    Error, FINALIZER, State, api, ipam,
     observe::host_of,
     plan, power_off, provision,
     status::{Outcome, current, with_ready},
@@ -240,8 +240,10 @@ fn stalled(machine: &LibvirtMachine, reason: impl Into<Reason>, message: String,
     }
 }
 
-/// Drop our finalizer.
+/// Release the IPAM claims and drop our finalizer.
 async fn release(machine: &LibvirtMachine, state: &State) -> Result<(), Error> {
+    // The VM is gone (or abandoned): its addresses may go back to their pools.
+    ipam::release(machine, &state.ctx).await?;
     finalizer::release(&api(&state.ctx, machine), machine, FINALIZER)
         .await
         .map_err(crate::reconcile::ApiError::write("finalizer"))?;

@@ -39,6 +39,7 @@ mod act;
 mod admission;
 mod decide;
 mod deletion;
+mod ipam;
 mod observe;
 pub mod plan;
 mod power_off;

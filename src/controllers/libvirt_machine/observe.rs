@@ -9,7 +9,10 @@ use kube::{
     api::{DynamicObject, ListParams},
 };
 
-use super::Error;
+use super::{
+    Error,
+    ipam::{self, Ipam},
+};
 use crate::{
     api::{
         capi::{ClusterView, MachineView},
@@ -46,6 +49,8 @@ pub(super) struct Owned {
     pub pool: Option<Result<Vec<LibvirtHost>, String>>,
     /// The bootstrap data Secret's contents, read only while provisioning can use them.
     pub bootstrap: Bootstrap,
+    /// The machine's IPAM claims, read only while provisioning.
+    pub ipam: Ipam,
 }
 
 /// The bootstrap data Secret, as far as it was read.
@@ -128,10 +133,16 @@ pub(super) async fn observe(machine: &LibvirtMachine, ctx: &Context) -> Result<O
         }
         _ => Bootstrap::NotRead,
     };
+    let ipam = if provisioning {
+        ipam::observe(machine, ctx).await?
+    } else {
+        Ipam::Unused
+    };
     Ok(Observed::Owned(Box::new(Owned {
         machine: capi_machine,
         host,
         pool,
         bootstrap,
+        ipam,
     })))
 }

@@ -226,7 +226,8 @@ pub(super) async fn check(
         let name = id.node_name.clone();
         let read = move |hv: &dyn Hypervisor| Ok::<_, ProvisionError>(hv.interface_addresses(&name)?);
         if let HostCall::Ran { result: Ok(found), .. } = state.shared.hosts.call(&ctx.client, host, read).await? {
-            out.status.addresses = plan::addresses(id, &machine.spec, &found);
+            let spec = super::ipam::effective_spec(&machine.spec, super::ipam::recorded(machine));
+            out.status.addresses = plan::addresses(id, &spec, &found);
         }
     }
     Ok(out)

@@ -15,6 +15,7 @@
 
 mod kill_switch;
 mod lead_time;
+mod machine_deployment;
 mod maintenance;
 mod networking;
 mod power_off;
@@ -148,6 +149,13 @@ impl Genuine {
         all.extend_from_slice(args);
         all.extend_from_slice(&["--type", "merge", "-p", patch]);
         let out = self.kubectl(&all);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// `kubectl scale` `what` (e.g. `machinedeployment/workers`) in `namespace` to `replicas`.
+    fn scale(&self, namespace: &str, what: &str, replicas: u32) {
+        let replicas = format!("--replicas={replicas}");
+        let out = self.kubectl(&["-n", namespace, "scale", what, &replicas]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 

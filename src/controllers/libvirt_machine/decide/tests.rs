@@ -89,6 +89,7 @@ fn owned(host: Option<LibvirtHost>, data_secret: Option<&str>, bootstrap: Bootst
         host,
         pool: None,
         bootstrap,
+        ipam: Ipam::Unused,
     }))
 }
 
@@ -286,6 +287,7 @@ fn a_provisioned_machine_is_watched_or_told_its_host_is_gone() {
         host: Some(host(true)),
         pool: None,
         bootstrap: Bootstrap::NotRead,
+        ipam: Ipam::Unused,
     }));
     let d = decide(&m, &id(&m), observed, INTERVAL);
     assert!(
@@ -490,4 +492,73 @@ fn the_watch_leaves_a_foreign_domain_alone() {
     let out = watched(&hv, &m);
     assert_eq!(ready(&out).1, "DomainNameConflict");
     assert_eq!(hv.calls(Op::Start), 0);
+}
+
+/// The seed's machine with one interface whose address comes from a pool, observed with `ipam`.
+fn with_ipam(ipam: Ipam) -> (LibvirtMachine, Observed) {
+    let mut m = claimed(json!({"spec": {"network": {"addressesFromPools": [
+        {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "workers"}
+    ]}}}));
+    let network = m.spec.network.as_mut().unwrap();
+    network.addresses.clear();
+    network.gateway = None;
+    let Observed::Owned(mut o) = owned(Some(host(true)), Some("s"), secret(&[("value", IGNITION)])) else {
+        unreachable!()
+    };
+    o.ipam = ipam;
+    (m, Observed::Owned(o))
+}
+
+#[test]
+fn ipam_claims_are_filed_then_awaited_before_any_host_is_touched() {
+    let (m, _) = with_ipam(Ipam::Unused);
+    let plans = ipam::plans(&m);
+    assert_eq!(plans.len(), 1);
+    assert_eq!(plans[0].name, "worker-1-0-0");
+    let (m, observed) = with_ipam(Ipam::Missing(plans.clone()));
+    match decide(&m, &id(&m), observed, INTERVAL).step {
+        Step::Claim { cluster, claims } => {
+            assert_eq!(cluster, "c", "claims carry the Machine's Cluster");
+            assert_eq!(claims, plans);
+        }
+        other => panic!("expected claims, got {other:?}"),
+    }
+    let (m, observed) = with_ipam(Ipam::Pending(
+        "IPAddressClaim \"worker-1-0-0\" has no address yet".into(),
+    ));
+    let d = decide(&m, &id(&m), observed, INTERVAL);
+    assert_eq!(wait_reason(&d), Reason::Machine(MachineReason::WaitingForIPAddress));
+    let (m, observed) = with_ipam(Ipam::Invalid("IPAddress \"a\" has no spec".into()));
+    assert_eq!(
+        wait_reason(&decide(&m, &id(&m), observed, INTERVAL)),
+        Reason::Host(HostReason::InvalidSpec)
+    );
+}
+
+#[test]
+fn a_claimed_address_and_gateway_reach_the_keyfile_and_the_plan() {
+    let claimed = vec![ClaimedAddress {
+        interface_name: "enp1s0".into(),
+        claim: "worker-1-0-0".into(),
+        address: "10.10.0.12/24".into(),
+        gateway: Some("10.10.0.1".into()),
+    }];
+    let (m, observed) = with_ipam(Ipam::Bound(claimed.clone()));
+    let Step::Provision(plan) = decide(&m, &id(&m), observed, INTERVAL).step else {
+        panic!("a bound claim provisions")
+    };
+    assert_eq!(plan.claimed, claimed);
+    let ignition: serde_json::Value = serde_json::from_slice(&plan.payload).unwrap();
+    let file = ignition["storage"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with("enp1s0.nmconnection"))
+        .expect("a keyfile for enp1s0");
+    let contents = &file["contents"];
+    let keyfile =
+        crate::ignition::dataurl::decode(contents["source"].as_str().unwrap(), contents["compression"].as_str())
+            .unwrap();
+    let keyfile = String::from_utf8(keyfile).unwrap();
+    assert!(keyfile.contains("address1=10.10.0.12/24,10.10.0.1"), "{keyfile}");
 }
