@@ -66,6 +66,7 @@ main_flows=(
   scheduled_capacity::a_machine_set_follows_on_a_v1beta2_server_and_one_a_deployment_controls_is_refused
   host_pool::failure_domains_reach_a_v1beta1_cluster
   host_pool::failure_domains_reach_a_v1beta2_cluster
+  machine_ipam::an_address_from_a_pool_reaches_the_keyfile_and_goes_back_at_deletion
 )
 
 start=$SECONDS
