@@ -98,7 +98,9 @@
 //!
 //! ## Simplified
 //! - Server-side apply field sets cover maps and lists whose items share a `type`, `name`,
-//!   `uid` or `key` field; other lists are atomic. Update operations own the leaf fields they
+//!   `uid` or `key` field with a distinct value each; other lists are atomic (a real server
+//!   reads `x-kubernetes-list-type` from the schema instead: a CRD list without it, such as
+//!   `status.addresses` with several `InternalIP` entries, is atomic there too). Update operations own the leaf fields they
 //!   changed. Conflicts are only checked for applies, as on a real server.
 //! - Strategic merge knows merge keys by field name only (ownerReferences, finalizers,
 //!   containers, initContainers, volumes, env, volumeMounts, taints, conditions); other

@@ -9,14 +9,17 @@ use std::collections::BTreeSet;
 pub type FieldPath = Vec<String>;
 
 /// The key field of a list for server-side apply (`type` for conditions, `name` otherwise),
-/// or None for atomic lists.
+/// or None for atomic lists. A list whose items share a key value is no list-map (the API
+/// server keeps map keys unique), so it is atomic: e.g. `addresses`, with several
+/// `InternalIP` entries, is replaced whole as on a real server, never merged item by item.
 fn ssa_list_key(items: &[Value]) -> Option<&'static str> {
     if items.is_empty() || !items.iter().all(Value::is_object) {
         return None;
     }
-    ["type", "name", "uid", "key"]
-        .into_iter()
-        .find(|k| items.iter().all(|i| i.get(*k).is_some_and(Value::is_string)))
+    ["type", "name", "uid", "key"].into_iter().find(|k| {
+        let keys: Option<Vec<&str>> = items.iter().map(|i| i.get(*k).and_then(Value::as_str)).collect();
+        keys.is_some_and(|keys| keys.iter().collect::<BTreeSet<_>>().len() == keys.len())
+    })
 }
 
 fn item_key(key: &str, item: &Value) -> String {
@@ -110,7 +113,7 @@ pub fn apply_merge(live: &mut Value, applied: &Value) {
         // only the items this manager owned.
         (Value::Array(la), Value::Array(aa)) if aa.is_empty() && ssa_list_key(la).is_some() => {}
         (Value::Array(la), Value::Array(aa)) => match ssa_list_key(aa) {
-            Some(key) if la.iter().all(|i| i.get(key).is_some()) => {
+            Some(key) if ssa_list_key(la) == Some(key) => {
                 for it in aa {
                     match la.iter().position(|c| c.get(key) == it.get(key)) {
                         Some(i) => apply_merge(&mut la[i], it),
@@ -447,6 +450,24 @@ mod tests {
         remove_dropped(&mut live, &f1, &fieldset(&a2), &[]);
         assert_eq!(live["spec"], json!({"a": 3, "c": 9}));
         assert_eq!(live["status"]["conditions"], json!([{"type": "A", "status": "False"}]));
+    }
+
+    #[test]
+    fn a_list_with_repeated_keys_is_atomic() {
+        let addresses = |a: &str, b: &str| {
+            json!({"status": {"addresses": [
+                {"type": "InternalIP", "address": a}, {"type": "InternalIP", "address": b},
+                {"type": "Hostname", "address": "n"}
+            ]}})
+        };
+        let mut live = addresses("192.0.2.1", "10.0.0.5");
+        apply_merge(&mut live, &addresses("192.0.2.9", "10.0.0.5"));
+        assert_eq!(live, addresses("192.0.2.9", "10.0.0.5"));
+        assert_eq!(fieldset(&live)["f:status"]["f:addresses"], json!({}));
+        // Unique keys still merge by key, as conditions do.
+        let mut live = json!({"c": [{"type": "A", "s": 1}, {"type": "B", "s": 1}]});
+        apply_merge(&mut live, &json!({"c": [{"type": "B", "s": 2}]}));
+        assert_eq!(live, json!({"c": [{"type": "A", "s": 1}, {"type": "B", "s": 2}]}));
     }
 
     #[test]

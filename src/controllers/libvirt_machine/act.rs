@@ -100,26 +100,11 @@ async fn provision(
     // The claimed addresses go into status with admission's write, and stay for the VM's life.
     let mut with_claims = machine.clone();
     with_claims.status.get_or_insert_default().claimed_addresses = claimed;
-    let machine = &with_claims;
-    // After admission, carry the written status (host, allocation, artifacts) into every later
-    // write.
-    let admitted;
-    let (machine, host) = if current(machine).allocated.is_some() {
-        let Some(host) = hosts.into_iter().next() else {
-            return Err(Error::Task("a provisioning plan without its host".to_owned()));
-        };
-        (machine, host)
-    } else {
-        match admission::admit_to_one(machine, state, hosts, id, now).await? {
-            Ok((written, host)) => {
-                let mut updated = machine.clone();
-                updated.status = Some(*written);
-                admitted = updated;
-                (&admitted, host)
-            }
-            Err(wait) => return Ok(waiting(machine, wait, now)),
-        }
+    let (admitted, host) = match admit_once(&with_claims, state, hosts, id, now).await? {
+        Ok(admitted) => admitted,
+        Err(wait) => return Ok(waiting(&with_claims, wait, now)),
     };
+    let machine = &admitted;
     let Some(size) = current(machine).allocated else {
         return Err(Error::Task("admission recorded no allocation".to_owned()));
     };
@@ -166,6 +151,31 @@ async fn provision(
         ctx.settings.domain_check_interval,
         stamps,
     ))
+}
+
+/// The machine as admitted to its host, with the status admission wrote (host, allocation,
+/// artifacts) to carry into every later write; admission runs only if it holds no allocation.
+async fn admit_once(
+    machine: &LibvirtMachine,
+    state: &State,
+    hosts: Vec<LibvirtHost>,
+    id: &plan::Identity,
+    now: &Time,
+) -> Result<Result<(LibvirtMachine, LibvirtHost), Wait>, Error> {
+    if current(machine).allocated.is_some() {
+        let Some(host) = hosts.into_iter().next() else {
+            return Err(Error::Task("a provisioning plan without its host".to_owned()));
+        };
+        return Ok(Ok((machine.clone(), host)));
+    }
+    Ok(match admission::admit_to_one(machine, state, hosts, id, now).await? {
+        Ok((written, host)) => {
+            let mut updated = machine.clone();
+            updated.status = Some(*written);
+            Ok((updated, host))
+        }
+        Err(wait) => Err(wait),
+    })
 }
 
 /// The two clocks a provisioning pass stamps with.
