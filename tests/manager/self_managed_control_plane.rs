@@ -516,3 +516,52 @@ async fn a_missing_service_account_is_reported_then_used_once_created() {
     wait_new_token(&env, None).await;
     env.stop().await;
 }
+
+#[tokio::test]
+async fn a_deleting_cluster_does_not_get_its_control_plane_back() {
+    let env = Env::start().await;
+    apply_yaml(&env.client, SEED_CLUSTER).await;
+    libvirt_cluster(&env, "spot", Some(closed_port().await)).await;
+    wait_ready(&env, "spot", "True", "KubeconfigAvailable").await;
+    // Core deletes a Cluster's control plane first; a finalizer holds the Cluster meanwhile.
+    let cluster_api = clusters(&env, CapiVersion::V1beta1);
+    let hold = json!({"metadata": {"finalizers": ["test/hold"]}});
+    cluster_api
+        .patch("spot", &PatchParams::default(), &Patch::Merge(hold))
+        .await
+        .unwrap();
+    cluster_api.delete("spot", &DeleteParams::default()).await.unwrap();
+    control_planes(&env)
+        .delete("spot", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until("the control plane gone", || async {
+        control_planes(&env).get_opt("spot").await.unwrap().is_none()
+    })
+    .await;
+    let reconciled = || {
+        env.shared
+            .metrics
+            .reconciliations
+            .with_label_values(&["libvirtcluster", "success"])
+            .get()
+    };
+    let before = reconciled();
+    let stamp = json!({"metadata": {"annotations": {"test/touched": "now"}}});
+    let libvirt_clusters: Api<caplv::api::LibvirtCluster> = Api::namespaced(env.client.clone(), "default");
+    libvirt_clusters
+        .patch("spot", &PatchParams::default(), &Patch::Merge(stamp))
+        .await
+        .unwrap();
+    wait_until("a LibvirtCluster reconcile", || async { reconciled() > before }).await;
+    assert!(
+        control_planes(&env).get_opt("spot").await.unwrap().is_none(),
+        "the control plane of a deleting Cluster is not recreated"
+    );
+    let release = json!({"metadata": {"finalizers": null}});
+    cluster_api
+        .patch("spot", &PatchParams::default(), &Patch::Merge(release))
+        .await
+        .unwrap();
+    env.stop().await;
+}

@@ -42,6 +42,9 @@ pub enum Linked {
     Recreated,
     /// The Cluster had no reference; it now points at a new SelfManagedControlPlane.
     Linked,
+    /// The Cluster is being deleted: core removes its control plane first, which must not
+    /// come back (nor a new one be made in a namespace that may be terminating).
+    ClusterDeleting,
 }
 
 /// Whether `reference` names a SelfManagedControlPlane.
@@ -54,6 +57,9 @@ fn is_ours(reference: &ContractRef) -> bool {
 /// # Errors
 /// When a read or write fails; [`ApiError::is_conflict`] tells a lost race.
 pub async fn ensure(ctx: &Context, cluster: &DynamicObject) -> Result<Linked, Error> {
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return Ok(Linked::ClusterDeleting);
+    }
     let view = ClusterView::decode(cluster, ctx.capi)?;
     let namespace = cluster.namespace().unwrap_or_default();
     let control_planes: Api<SelfManagedControlPlane> = Api::namespaced(ctx.client.clone(), &namespace);

@@ -3,7 +3,7 @@
 
 use std::{path::PathBuf, process::Command};
 
-use super::{Genuine, indent, pool_files, run, var, virsh, wait};
+use super::{Genuine, host_and_cluster, pool_files, run, var, virsh, wait};
 
 /// Everything lives in its own namespace, away from the seed's `default`.
 pub(super) const NS: &str = "sys";
@@ -47,38 +47,11 @@ pub(super) fn worker_manifests(api_port: &str, worker: &Worker<'_>) -> String {
         base_image: base,
         shutdown,
     } = worker;
-    let key = std::fs::read_to_string(var("CAPLV_SYS_CLIENT_KEY")).unwrap();
-    let (uri, pin, pool, code, vars) = (
-        var("CAPLV_SYS_URI"),
-        var("CAPLV_SYS_FINGERPRINT"),
-        var("CAPLV_SYS_POOL"),
-        var("CAPLV_SYS_OVMF_CODE"),
-        var("CAPLV_SYS_OVMF_VARS"),
-    );
+    let (uri, pool) = (var("CAPLV_SYS_URI"), var("CAPLV_SYS_POOL"));
     let wrong = format!("SHA256:{}", "A".repeat(43));
+    let base_objects = host_and_cluster(NS, "sys", "{}", "sys", api_port);
     format!(
-        r#"apiVersion: v1
-kind: Namespace
-metadata: {{name: {NS}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: sys-ssh, namespace: {NS}}}
-stringData:
-  ssh-privatekey: |
-{key}---
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: LibvirtHost
-metadata: {{name: sys, namespace: {NS}}}
-spec:
-  uri: "{uri}"
-  secretRef: {{name: sys-ssh}}
-  hostKeyFingerprint: "{pin}"
-  firmwarePath: {code}
-  nvramTemplatePath: {vars}
-  reservedResources: {{vcpus: 0, memoryMB: 0}}
-  healthCheckIntervalSeconds: 30
----
+        r#"{base_objects}---
 apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
 kind: LibvirtHost
 metadata: {{name: impostor, namespace: {NS}}}
@@ -86,19 +59,6 @@ spec:
   uri: "{uri}"
   secretRef: {{name: sys-ssh}}
   hostKeyFingerprint: "{wrong}"
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: LibvirtCluster
-metadata: {{name: sys, namespace: {NS}}}
-spec:
-  controlPlaneEndpoint: {{host: 127.0.0.1, port: {api_port}}}
----
-apiVersion: cluster.x-k8s.io/v1beta1
-kind: Cluster
-metadata: {{name: sys, namespace: {NS}}}
-spec:
-  controlPlaneEndpoint: {{host: 127.0.0.1, port: {api_port}}}
-  infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: LibvirtCluster, name: sys}}
 ---
 apiVersion: v1
 kind: Secret
@@ -132,8 +92,7 @@ spec:
   machineTemplate:
     labels: {{node-role.kubernetes.io/worker: ""}}
   killSwitch: false
-"#,
-        key = indent(&key, 4),
+"#
     )
 }
 

@@ -3,56 +3,15 @@
 //! replica's address from an `InClusterIPPool`. Scaled 2 → 0 → 1: every replica gets its own
 //! address and domain, and scaling down leaves nothing on the host and no claim in the pool.
 
-use super::{Genuine, indent, var, virsh, wait};
+use super::{Genuine, host_and_cluster, var, virsh, wait};
 
 const NS: &str = "sys-md";
 
-fn manifests(api_port: &str) -> String {
-    let key = std::fs::read_to_string(var("CAPLV_SYS_CLIENT_KEY")).unwrap();
-    let (uri, pin, pool, code, vars, base) = (
-        var("CAPLV_SYS_URI"),
-        var("CAPLV_SYS_FINGERPRINT"),
-        var("CAPLV_SYS_POOL"),
-        var("CAPLV_SYS_OVMF_CODE"),
-        var("CAPLV_SYS_OVMF_VARS"),
-        var("CAPLV_SYS_BASE_IMAGE"),
-    );
+fn manifests() -> String {
+    let (pool, base) = (var("CAPLV_SYS_POOL"), var("CAPLV_SYS_BASE_IMAGE"));
+    let base_objects = host_and_cluster(NS, "hv", "{pool: lab}", "md", &var("CAPLV_CP_API_PORT"));
     format!(
-        r#"apiVersion: v1
-kind: Namespace
-metadata: {{name: {NS}}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: ssh, namespace: {NS}}}
-stringData:
-  ssh-privatekey: |
-{key}---
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: LibvirtHost
-metadata: {{name: hv, namespace: {NS}, labels: {{pool: lab}}}}
-spec:
-  uri: "{uri}"
-  secretRef: {{name: ssh}}
-  hostKeyFingerprint: "{pin}"
-  firmwarePath: {code}
-  nvramTemplatePath: {vars}
-  reservedResources: {{vcpus: 0, memoryMB: 0}}
-  healthCheckIntervalSeconds: 30
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: LibvirtCluster
-metadata: {{name: md, namespace: {NS}}}
-spec:
-  controlPlaneEndpoint: {{host: 127.0.0.1, port: {api_port}}}
----
-apiVersion: cluster.x-k8s.io/v1beta1
-kind: Cluster
-metadata: {{name: md, namespace: {NS}}}
-spec:
-  controlPlaneEndpoint: {{host: 127.0.0.1, port: {api_port}}}
-  infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: LibvirtCluster, name: md}}
----
+        r#"{base_objects}---
 apiVersion: ipam.cluster.x-k8s.io/v1alpha2
 kind: InClusterIPPool
 metadata: {{name: workers, namespace: {NS}}}
@@ -101,8 +60,7 @@ spec:
       bootstrap:
         configRef: {{apiVersion: bootstrap.cluster.x-k8s.io/v1alpha1, kind: IgnitionConfigTemplate, name: workers}}
       infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: LibvirtMachineTemplate, name: workers}}
-"#,
-        key = indent(&key, 4),
+"#
     )
 }
 
@@ -146,7 +104,7 @@ fn host_is_clean(names: &[String]) {
 #[ignore = "needs root, real libvirt and the genuine control plane: scripts/system-test.sh runs it"]
 async fn a_machine_deployment_scales_two_to_zero_to_one_with_an_address_per_replica() {
     let env = Genuine::start().await;
-    env.apply(&manifests(&var("CAPLV_CP_API_PORT")));
+    env.apply(&manifests());
 
     wait("two replicas running", || running(&env).len() == 2).await;
     let two = running(&env);
@@ -194,7 +152,8 @@ async fn a_machine_deployment_scales_two_to_zero_to_one_with_an_address_per_repl
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     wait("the last replica gone", || count(&env, "libvirtmachine") == 0).await;
     host_is_clean(&[one[0].0.clone()]);
-    let out = env.kubectl(&["delete", "namespace", NS, "--wait=false"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Core deletes the control plane before the Cluster goes; it must not come back meanwhile.
+    wait("Cluster md gone", || count(&env, "clusters.cluster.x-k8s.io") == 0).await;
+    assert_eq!(count(&env, "selfmanagedcontrolplanes"), 0);
     env.stop().await;
 }

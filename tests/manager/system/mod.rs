@@ -179,9 +179,59 @@ impl Genuine {
 
 /// The SSH key Secret a LibvirtHost names, holding the test account's private key.
 fn ssh_key_secret(name: &str) -> String {
+    ssh_key_secret_in("default", name)
+}
+
+fn ssh_key_secret_in(namespace: &str, name: &str) -> String {
     let key = std::fs::read_to_string(var("CAPLV_SYS_CLIENT_KEY")).unwrap();
     format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: default}}\nstringData:\n  ssh-privatekey: |\n{}",
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {namespace}}}\nstringData:\n  ssh-privatekey: |\n{}",
         indent(&key, 4)
+    )
+}
+
+/// What a system test's workers stand on, in namespace `ns`: the namespace, the SSH key Secret
+/// `<host>-ssh`, the pinned LibvirtHost `host` (with `labels`, a YAML flow mapping) that reserves
+/// nothing, and a LibvirtCluster and Cluster `cluster` at the control plane's endpoint (port
+/// `api_port` on loopback).
+fn host_and_cluster(ns: &str, host: &str, labels: &str, cluster: &str, api_port: &str) -> String {
+    let (uri, pin, code, vars) = (
+        var("CAPLV_SYS_URI"),
+        var("CAPLV_SYS_FINGERPRINT"),
+        var("CAPLV_SYS_OVMF_CODE"),
+        var("CAPLV_SYS_OVMF_VARS"),
+    );
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}}}
+---
+{secret}---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: LibvirtHost
+metadata: {{name: {host}, namespace: {ns}, labels: {labels}}}
+spec:
+  uri: "{uri}"
+  secretRef: {{name: {host}-ssh}}
+  hostKeyFingerprint: "{pin}"
+  firmwarePath: {code}
+  nvramTemplatePath: {vars}
+  reservedResources: {{vcpus: 0, memoryMB: 0}}
+  healthCheckIntervalSeconds: 30
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: LibvirtCluster
+metadata: {{name: {cluster}, namespace: {ns}}}
+spec:
+  controlPlaneEndpoint: {{host: 127.0.0.1, port: {api_port}}}
+---
+apiVersion: cluster.x-k8s.io/v1beta1
+kind: Cluster
+metadata: {{name: {cluster}, namespace: {ns}}}
+spec:
+  controlPlaneEndpoint: {{host: 127.0.0.1, port: {api_port}}}
+  infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: LibvirtCluster, name: {cluster}}}
+"#,
+        secret = ssh_key_secret_in(ns, &format!("{host}-ssh")),
     )
 }
