@@ -3,7 +3,8 @@
 # (crates/memkube/tests/differential, once), capi-sim against Cluster API core
 # (crates/capi-sim/tests/genuine_capi.rs, for each contract: v1beta1 core v1.10 and v1beta2 core
 # v1.14), the chart's install judged by the real API server (tests/helm/test_apply.py), and the
-# integration tests' main flows with CAPLV_TEST_CONTROL_PLANE=real. Each run gets its own
+# integration tests' main flows with CAPLV_TEST_CONTROL_PLANE=real, and clusterctl's init and
+# move (scripts/clusterctl-test.sh). Each run gets its own
 # control plane from scripts/control-plane.sh in a temporary directory, stopped on exit
 # whatever happens.
 #
@@ -75,4 +76,7 @@ with_control_plane v1beta2 capi_tests
 with_control_plane v1beta1 helm_apply
 (cd "$root" && CAPLV_TEST_CONTROL_PLANE=real cargo_test --workspace --all-features --test manager -- \
   --exact --test-threads 1 "${main_flows[@]}")
+# clusterctl init with the generated provider files, and clusterctl move to a second control
+# plane (CAPLV_CP_TARGET_PORT_BASE, default 28000).
+bash "$root/scripts/clusterctl-test.sh"
 echo "genuine-test: passed in $((SECONDS - start)) s" >&2

@@ -85,6 +85,12 @@ pub fn provider_id(domain: Uuid) -> String {
     format!("libvirt:///{}", domain.hyphenated())
 }
 
+/// The domain UUID a provider ID (`libvirt:///<uuid>`) names.
+#[must_use]
+pub fn provider_id_uuid(provider_id: &str) -> Option<Uuid> {
+    Uuid::parse_str(provider_id.strip_prefix("libvirt:///")?).ok()
+}
+
 /// The MAC address derived from a domain UUID.
 #[must_use]
 pub fn mac_address(domain: Uuid) -> String {
@@ -146,6 +152,12 @@ mod tests {
             "libvirt:///3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b"
         );
         assert!(domain_uuid("not-a-uuid").is_none());
+        assert_eq!(
+            provider_id_uuid(&provider_id(domain_uuid(uid).unwrap())),
+            domain_uuid(uid)
+        );
+        assert!(provider_id_uuid("aws:///3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b").is_none());
+        assert!(provider_id_uuid("libvirt:///not-a-uuid").is_none());
         assert_eq!(placeholder_uuid("default", "w"), placeholder_uuid("default", "w"));
         assert_ne!(placeholder_uuid("default", "w"), placeholder_uuid("other", "w"));
     }

@@ -8,6 +8,7 @@
 )]
 
 mod cli;
+mod clusterctl_move;
 mod control_plane_script;
 mod host_pool;
 mod house;

@@ -26,7 +26,7 @@ use crate::{
 pub struct Identity {
     /// Node name = hostname = domain name.
     pub node_name: String,
-    /// Domain UUID (the object's uid).
+    /// Domain UUID: the one `spec.providerID` names once set, else the object's uid.
     pub uuid: Uuid,
     /// `libvirt:///<uuid>`.
     pub provider_id: String,
@@ -35,9 +35,14 @@ pub struct Identity {
 }
 
 /// The identity of `machine`; `None` when it has no uid yet (never the case for a stored object).
+/// `spec.providerID` comes first: `clusterctl move` recreates the object with a new uid but the
+/// same spec, and the domain it names must be adopted, not provisioned again.
 #[must_use]
 pub fn identity(machine: &LibvirtMachine) -> Option<Identity> {
-    let uuid = identity::domain_uuid(machine.metadata.uid.as_deref()?)?;
+    let uuid = match machine.spec.provider_id.as_deref().and_then(identity::provider_id_uuid) {
+        Some(uuid) => uuid,
+        None => identity::domain_uuid(machine.metadata.uid.as_deref()?)?,
+    };
     let node_name = identity::node_name(
         machine.metadata.namespace.as_deref().unwrap_or_default(),
         machine.metadata.name.as_deref().unwrap_or_default(),
@@ -382,6 +387,20 @@ pub(super) mod tests {
         let mut no_uid = machine(serde_json::json!({}));
         no_uid.metadata.uid = None;
         assert!(identity(&no_uid).is_none());
+    }
+
+    #[test]
+    fn a_moved_machine_keeps_the_domain_its_provider_id_names() {
+        // What `clusterctl move` leaves: the spec as it was, a new uid.
+        let moved = serde_json::json!({
+            "metadata": {"uid": "0b7e2c1a-9d8f-4e6a-b5c4-d3e2f1a0b9c8"},
+            "spec": {"providerID": "libvirt:///3f1c9a6e-1b2d-4e5f-8a9b-0c1d2e3f4a5b"}
+        });
+        let before = identity(&machine(serde_json::json!({}))).unwrap();
+        assert_eq!(identity(&machine(moved)).unwrap(), before);
+        // A providerID that names no libvirt domain falls back to the uid.
+        let foreign = identity(&machine(serde_json::json!({"spec": {"providerID": "aws:///x"}}))).unwrap();
+        assert_eq!(foreign, before);
     }
 
     #[test]

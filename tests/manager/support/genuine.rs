@@ -29,7 +29,7 @@ pub fn selected() -> bool {
     std::env::var("CAPLV_TEST_CONTROL_PLANE").is_ok_and(|v| v == "real")
 }
 
-fn script(name: &str, args: &[&Path], env: &[(&str, &str)]) {
+pub fn script(name: &str, args: &[&Path], env: &[(&str, &str)]) {
     let out = Command::new("bash")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(name))
         .args(args)
@@ -70,17 +70,21 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Start everything for one test.
     pub async fn start(versions: CapiVersions, kubelet: KubeletMode) -> Self {
+        Self::start_at(versions, kubelet, None).await
+    }
+
+    /// Like [`ControlPlane::start`], on the ports from `port_base` (`CAPLV_CP_PORT_BASE`), so
+    /// that two control planes can run at once.
+    pub async fn start_at(versions: CapiVersions, kubelet: KubeletMode, port_base: Option<&str>) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("cp");
         let contract = match versions {
             CapiVersions::V1beta1 => "v1beta1",
             _ => "v1beta2",
         };
-        script(
-            "control-plane.sh",
-            &[Path::new("up"), &dir],
-            &[("CAPLV_CAPI_VERSION", contract)],
-        );
+        let mut env = vec![("CAPLV_CAPI_VERSION", contract)];
+        env.extend(port_base.map(|base| ("CAPLV_CP_PORT_BASE", base)));
+        script("control-plane.sh", &[Path::new("up"), &dir], &env);
         script("install-genuine.sh", &[&dir], &[]);
         let admin_config = config_from(&dir.join("admin.kubeconfig")).await;
         let manager_config = config_from(&dir.join("manager.kubeconfig")).await;
@@ -109,6 +113,11 @@ impl ControlPlane {
             kubelet,
             _tmp: tmp,
         }
+    }
+
+    /// The directory `control-plane.sh up` was given (its `env`, kubeconfigs, logs).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Stop the kubelet, check the API server refused the manager nothing, and stop the
