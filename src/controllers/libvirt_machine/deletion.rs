@@ -7,6 +7,9 @@
 //! host is gone for good, the escape is the annotation
 //! `libvirtmachine.infrastructure.cluster.x-k8s.io/abandon-host-artifacts: "true"`: the
 //! finalizer is dropped without touching the host, and a Warning Event lists what was left.
+//!
+//! `clusterctl move` deletes the source's copy (annotated [`MOVE_ANNOTATION`]) after creating the
+//! target's: the VM and its addresses now belong to the target, so only the finalizer goes.
 
 use std::time::Duration;
 
@@ -37,6 +40,8 @@ use crate::{
 /// Annotation that lets a machine go without cleaning its (unreachable, gone) host.
 pub const ABANDON_ANNOTATION: &str = "libvirtmachine.infrastructure.cluster.x-k8s.io/abandon-host-artifacts";
 const STALL_RETRY: Duration = Duration::from_secs(30);
+/// What `clusterctl move` puts on the objects it deletes from the source cluster.
+pub const MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 
 /// Run one deletion pass. `None` when the object is released (nothing more to write).
 pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Option<Outcome>, Error> {
@@ -48,6 +53,13 @@ pub(super) async fn delete(machine: &LibvirtMachine, state: &State) -> Result<Op
     // A machine that never got a host (an unplaced hostSelector) has nothing on any host.
     let host_key = (namespace.clone(), machine.host_name().unwrap_or_default().to_owned());
     let uid = machine.uid().unwrap_or_default();
+    if machine.annotations().contains_key(MOVE_ANNOTATION) {
+        state.shared.placement.record(&host_key, &uid, None);
+        finalizer::release(&api(ctx, machine), machine, FINALIZER)
+            .await
+            .map_err(crate::reconcile::ApiError::write("finalizer"))?;
+        return Ok(None);
+    }
     let Some(artifacts) = current(machine).managed_artifacts else {
         // Never admitted: nothing exists on the host.
         state.shared.placement.record(&host_key, &uid, None);
