@@ -340,6 +340,20 @@ fn teardown_leaves_a_foreign_domain_but_removes_our_volumes() {
     assert!(leftovers(&hv, &artifacts(), uuid()).unwrap().is_empty());
 }
 
+/// A LibvirtMachine copied with another's `spec.providerID` derives that machine's domain UUID
+/// (see `plan::identity`). It must neither take over nor, when deleted, remove that domain.
+#[test]
+fn a_copy_naming_another_machines_domain_stops_and_leaves_it() {
+    let hv = host();
+    hv.insert_domain("the-original", uuid(), DomainState::Running);
+    let before = hv.domains();
+    let err = run(&hv).unwrap_err();
+    assert_eq!(err.reason().as_str(), "AlreadyExists");
+    teardown(&hv, &artifacts(), uuid()).unwrap();
+    assert_eq!(hv.domains(), before, "the original's domain is untouched");
+    assert_eq!(hv.calls(Op::Destroy) + hv.calls(Op::UndefineWithNvram), 0);
+}
+
 #[test]
 fn teardown_twice_and_after_a_failure_is_fine() {
     let hv = host();
