@@ -2,6 +2,10 @@
 //! real `caplv-manager` process. Reports the time from the edge until every Machine exists, the
 //! API requests per ScheduledMachine for that transition, the requests made while nothing is
 //! due, and the manager's resident memory. Run with `cargo bench --bench fivespot`.
+//!
+//! Requests are counted per client: the CAPI simulator and the bench name themselves
+//! (`Impersonate-User`), so the manager's requests are those of the clients that name no one.
+//! The last line of output is one JSON object with the figures.
 
 #![allow(
     clippy::expect_used,
@@ -19,6 +23,13 @@ use chrono::{Timelike, Utc};
 use kube::{Api, api::PostParams};
 
 const COUNT: usize = 1000;
+/// memkube's user for clients that impersonate no one: here, only the manager.
+const MANAGER: &str = "";
+
+/// Two decimals are all a figure needs.
+fn round(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
 
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
@@ -70,7 +81,7 @@ async fn main() {
     capi_sim::install(&client, capi_sim::CapiVersions::V1beta1)
         .await
         .expect("capi crds");
-    let sim = capi_sim::Simulator::builder(client.clone())
+    let sim = capi_sim::Simulator::builder(server.client_as("capi-sim"))
         .versions(capi_sim::CapiVersions::V1beta1)
         .build()
         .spawn();
@@ -110,7 +121,7 @@ async fn main() {
     let cron = format!("{} {} * * *", edge.minute(), edge.hour());
     let seed: serde_json::Value =
         serde_yaml::from_str(include_str!("../examples/seed/05-scheduledmachine.yaml")).unwrap();
-    let api: Api<caplv::api::ScheduledMachine> = Api::namespaced(client.clone(), "default");
+    let api: Api<caplv::api::ScheduledMachine> = Api::namespaced(server.client_as("bench"), "default");
     let created = Instant::now();
     for i in 0..COUNT {
         let mut sm = seed.clone();
@@ -151,25 +162,37 @@ async fn main() {
         all_machines.as_secs_f64(),
         all_active.as_secs_f64()
     );
-    let transition = non_watch_requests(&server.request_counts());
-    let caplv_requests: u64 = transition
-        .iter()
-        .filter(|(k, _)| {
-            k.contains("scheduledmachines")
-                || k.contains("libvirtmachines")
-                || k.contains("ignitionconfigs")
-                || k.starts_with("create machines")
-                || k.contains("events")
-        })
-        .map(|(_, n)| n)
-        .sum();
-    println!("API requests during the transition (all clients, incl. the CAPI simulator):");
+    let all_clients: u64 = non_watch_requests(&server.request_counts()).values().sum();
+    let transition = non_watch_requests(&server.request_counts_of(MANAGER));
+    println!("the manager's API requests during the transition:");
     for (k, n) in &transition {
         println!("  {k}: {n} ({:.2} per ScheduledMachine)", *n as f64 / COUNT as f64);
     }
+    let mut events: BTreeMap<String, u64> = BTreeMap::new();
+    for e in server.list_objects("events.k8s.io/v1", "Event", Some("default")) {
+        let key = format!(
+            "{} {}",
+            e["regarding"]["kind"].as_str().unwrap_or("?"),
+            e["reason"].as_str().unwrap_or("?")
+        );
+        *events.entry(key).or_default() += 1;
+    }
+    println!("Events stored, by the kind they regard and their reason: {events:?}");
+    let manager_requests: u64 = transition.values().sum();
+    let creates: u64 = ["ignitionconfigs", "libvirtmachines", "machines"]
+        .iter()
+        .filter_map(|kind| {
+            transition
+                .iter()
+                .find(|(k, _)| k.starts_with(&format!("create {kind}.")))
+                .map(|(_, n)| n)
+        })
+        .sum();
+    let repeated_creates = creates.saturating_sub(3 * COUNT as u64);
     println!(
-        "requests on 5-Spot's own kinds, Machine creates and Events: {:.2} per ScheduledMachine",
-        caplv_requests as f64 / COUNT as f64
+        "requests per ScheduledMachine: the manager's {:.2}, all clients' {:.2}; repeated creates: {repeated_creates}",
+        manager_requests as f64 / COUNT as f64,
+        all_clients as f64 / COUNT as f64
     );
     let active_rss = rss_kib(child.id());
 
@@ -177,13 +200,25 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     server.reset_counts();
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let quiet = non_watch_requests(&server.request_counts());
+    let quiet = non_watch_requests(&server.request_counts_of(MANAGER));
     let quiet_total: u64 = quiet.values().sum();
-    println!("requests in 10 s between transitions (besides watches): {quiet_total} {quiet:?}");
+    println!("the manager's requests in 10 s between transitions (besides watches): {quiet_total} {quiet:?}");
     println!(
         "caplv-manager RSS: {:.1} MiB with {COUNT} Inactive, {:.1} MiB with {COUNT} Active",
         idle_rss as f64 / 1024.0,
         active_rss as f64 / 1024.0
+    );
+    println!(
+        "{}",
+        serde_json::json!({
+            "control_plane": "memkube",
+            "edge_to_all_machines_s": round(all_machines.as_secs_f64()),
+            "requests_per_sm": round(manager_requests as f64 / COUNT as f64),
+            "repeated_creates": repeated_creates,
+            "rss_active_mib": round(active_rss as f64 / 1024.0),
+            "rss_inactive_mib": round(idle_rss as f64 / 1024.0),
+            "idle_requests_per_10s": quiet_total,
+        })
     );
     let _ = child.kill();
     let _ = child.wait();

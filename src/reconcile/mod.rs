@@ -16,6 +16,7 @@ pub mod kinds;
 pub mod owner;
 #[cfg(feature = "caplv")]
 pub mod placement;
+pub mod shared_cache;
 mod status;
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -23,7 +24,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 use futures::StreamExt;
 use kube::{
     Client, Resource, ResourceExt,
-    api::Api,
+    api::{Api, DynamicObject},
     runtime::{
         controller::{Action as ControllerAction, Controller},
         events::{Recorder, Reporter},
@@ -33,6 +34,7 @@ use kube::{
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
+use self::shared_cache::SharedCache;
 use crate::{api::capi::CapiVersion, app::health::Readiness, clock::Clock, endpoint::EndpointProbe, metrics::Metrics};
 
 pub use error::ApiError;
@@ -110,6 +112,8 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// API resources of kinds named in specs, resolved once through discovery.
     pub kinds: kinds::KindCache,
+    /// CAPI core's Clusters and Machines, watched once for every controller.
+    pub caches: SharedCaches,
     /// One libvirt connection per host, shared by the CAPLV controllers.
     #[cfg(feature = "caplv")]
     pub hosts: Arc<host_connections::HostConnections>,
@@ -132,6 +136,7 @@ impl Context {
         };
         let recorder = Recorder::new(client.clone(), reporter);
         let kinds = kinds::KindCache::new(client.clone());
+        let caches = SharedCaches::new(&client, &settings, capi);
         Self {
             client,
             metrics,
@@ -141,6 +146,7 @@ impl Context {
             capi,
             clock,
             kinds,
+            caches,
             #[cfg(feature = "caplv")]
             hosts,
         }
@@ -166,11 +172,8 @@ impl Context {
     /// An `Api` for a kind resolved at run time (CAPI core's Cluster and Machine), scoped to the
     /// watch namespace, or to all namespaces.
     #[must_use]
-    pub fn watched_dynamic(&self, resource: &kube::core::ApiResource) -> Api<kube::api::DynamicObject> {
-        match &self.settings.watch_namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
-            None => Api::all_with(self.client.clone(), resource),
-        }
+    pub fn watched_dynamic(&self, resource: &kube::core::ApiResource) -> Api<DynamicObject> {
+        scoped_dynamic(&self.client, self.settings.watch_namespace.as_deref(), resource)
     }
 
     /// An `Api` for `K` scoped to the watch namespace, or to all namespaces.
@@ -181,6 +184,46 @@ impl Context {
         match &self.settings.watch_namespace {
             Some(ns) => Api::namespaced(self.client.clone(), ns),
             None => Api::all(self.client.clone()),
+        }
+    }
+}
+
+/// An `Api` for `resource` in `namespace`, or in all namespaces.
+fn scoped_dynamic(client: &Client, namespace: Option<&str>, resource: &kube::core::ApiResource) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
+/// The caches several controllers share (see [`shared_cache`]).
+pub struct SharedCaches {
+    /// Every Cluster in the watched namespaces, at the contract the cluster serves.
+    pub clusters: SharedCache<DynamicObject>,
+    /// Every Machine in the watched namespaces, at the contract the cluster serves.
+    pub machines: SharedCache<DynamicObject>,
+    /// Every LibvirtHost in the watched namespaces (watched only where LibvirtHosts are served).
+    pub libvirt_hosts: SharedCache<crate::api::LibvirtHost>,
+}
+
+impl SharedCaches {
+    fn new(client: &Client, settings: &Settings, capi: CapiVersion) -> Self {
+        let cache = |resource: kube::core::ApiResource| {
+            SharedCache::new(
+                scoped_dynamic(client, settings.watch_namespace.as_deref(), &resource),
+                resource,
+            )
+        };
+        Self {
+            clusters: cache(capi.cluster()),
+            machines: cache(capi.machine()),
+            libvirt_hosts: SharedCache::new(
+                match &settings.watch_namespace {
+                    Some(ns) => Api::namespaced(client.clone(), ns),
+                    None => Api::all(client.clone()),
+                },
+                (),
+            ),
         }
     }
 }

@@ -462,6 +462,51 @@ async fn deleting_the_scheduled_machine_removes_its_children_first() {
     env.stop().await;
 }
 
+/// Windows opening together: each object is created exactly once (our own status write wakes
+/// a reconcile before the Machine watch has delivered the new Machine; it must not create again),
+/// and an idle ScheduledMachine is looked at for leftovers once, not at every reconcile.
+#[tokio::test]
+async fn windows_opening_together_create_each_object_once() {
+    const COUNT: usize = 30;
+    let env = Env::start().await;
+    let _endpoint = cluster(&env, "v1beta1").await;
+    env.clock.set(at("2026-12-07T13:59:50Z"));
+    let names: Vec<String> = (0..COUNT).map(|i| format!("burst-{i:02}")).collect();
+    for name in &names {
+        scheduled_machine(&env, name, json!({})).await;
+    }
+    for name in &names {
+        wait_phase(&env, name, Phase::Active).await;
+    }
+    let server = env.server();
+    for resource in [
+        "ignitionconfigs.bootstrap.cluster.x-k8s.io",
+        "libvirtmachines.infrastructure.cluster.x-k8s.io",
+        "machines.cluster.x-k8s.io",
+    ] {
+        assert_eq!(
+            server.request_count("create", resource, ""),
+            COUNT as u64,
+            "{resource}: one create per window"
+        );
+    }
+    // Looked for before the first create only: once per ScheduledMachine.
+    let leftover_checks = server
+        .request_counts_of(crate::support::MANAGER_USER)
+        .get(&(
+            "get".to_owned(),
+            "libvirtmachines.infrastructure.cluster.x-k8s.io".to_owned(),
+            String::new(),
+        ))
+        .copied()
+        .unwrap_or(0);
+    assert!(
+        leftover_checks <= COUNT as u64,
+        "leftover checks repeat: {leftover_checks}"
+    );
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn objects_left_by_a_crash_are_adopted_and_foreign_ones_are_a_conflict() {
     let env = Env::start().await;

@@ -119,7 +119,8 @@ pub struct Hooks {
     faults: Vec<Fault>,
     /// Latency added before each request.
     pub latency: Option<Duration>,
-    counts: BTreeMap<(String, String, String), u64>,
+    /// Requests per (user, verb, `plural[.group]`, subresource).
+    counts: BTreeMap<(String, String, String, String), u64>,
     by_user: BTreeMap<String, std::collections::BTreeSet<(String, String, String, String)>>,
 }
 
@@ -141,7 +142,7 @@ impl Hooks {
     pub fn on_request(&mut self, r: &RequestInfo) -> Option<ApiError> {
         *self
             .counts
-            .entry((r.verb.clone(), r.qualified(), r.subresource.clone()))
+            .entry((r.user.clone(), r.verb.clone(), r.qualified(), r.subresource.clone()))
             .or_default() += 1;
         self.record_authorization(r);
         let i = self.faults.iter().position(|f| f.times > 0 && f.matches(r))?;
@@ -167,14 +168,28 @@ impl Hooks {
     /// Requests seen for (verb, `plural[.group]`, subresource or "").
     pub fn count(&self, verb: &str, resource: &str, sub: &str) -> u64 {
         self.counts
-            .get(&(verb.to_string(), resource.to_string(), sub.to_string()))
-            .copied()
-            .unwrap_or(0)
+            .iter()
+            .filter(|((_, v, r, s), _)| v == verb && r == resource && s == sub)
+            .map(|(_, n)| n)
+            .sum()
     }
 
-    /// All counts.
+    /// All counts, keyed by (verb, resource, subresource), whoever made the requests.
     pub fn counts(&self) -> BTreeMap<(String, String, String), u64> {
-        self.counts.clone()
+        let mut all = BTreeMap::new();
+        for ((_, verb, resource, sub), n) in &self.counts {
+            *all.entry((verb.clone(), resource.clone(), sub.clone())).or_default() += n;
+        }
+        all
+    }
+
+    /// The counts of the requests `user` made (`""`: clients that sent no `Impersonate-User`).
+    pub fn counts_of(&self, user: &str) -> BTreeMap<(String, String, String), u64> {
+        self.counts
+            .iter()
+            .filter(|((u, ..), _)| u == user)
+            .map(|((_, verb, resource, sub), n)| ((verb.clone(), resource.clone(), sub.clone()), *n))
+            .collect()
     }
 
     /// The distinct (verb, `plural[.group]`, subresource, object name) requests `user` made

@@ -201,6 +201,13 @@ impl Server {
         self.shared.hooks().counts()
     }
 
+    /// Like [`Server::request_counts`], for the requests of clients from
+    /// [`Server::client_as`]`(user)` only; `""` selects the clients that impersonate no one (a
+    /// process under test, when every other client names itself).
+    pub fn request_counts_of(&self, user: &str) -> BTreeMap<(String, String, String), u64> {
+        self.shared.hooks().counts_of(user)
+    }
+
     /// The distinct (verb, `plural[.group]`, subresource, object name) requests made by clients
     /// from [`Server::client_as`]`(user)` (and anyone sending that `Impersonate-User`); the name
     /// lets RBAC checks honour `resourceNames`.

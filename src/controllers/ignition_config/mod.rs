@@ -63,7 +63,7 @@ use std::{
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     ResourceExt,
-    api::{Api, DynamicObject, PartialObjectMeta},
+    api::{Api, PartialObjectMeta},
     runtime::{
         controller::{Action, Controller},
         events::EventType,
@@ -99,13 +99,12 @@ pub type Error = ApiError;
 
 /// The cluster the config belongs to: the owner Machine's, else the config's own label.
 async fn cluster_name(config: &IgnitionConfig, ctx: &Context, namespace: &str) -> Result<Option<String>, Error> {
-    if let Some(owner) = owner::capi_owner(&config.metadata, "Machine") {
-        let machines: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &ctx.capi.machine());
-        if let Some(machine) = get_opt(&machines, &owner.name, "Machine").await? {
-            let view = MachineView::decode(&machine, ctx.capi)?;
-            if !view.cluster_name.is_empty() {
-                return Ok(Some(view.cluster_name));
-            }
+    if let Some(owner) = owner::capi_owner(&config.metadata, "Machine")
+        && let Some(machine) = ctx.caches.machines.get(namespace, &owner.name).await
+    {
+        let view = MachineView::decode(&machine, ctx.capi)?;
+        if !view.cluster_name.is_empty() {
+            return Ok(Some(view.cluster_name));
         }
     }
     Ok(config
@@ -119,11 +118,11 @@ async fn observe(config: &IgnitionConfig, ctx: &Context) -> Result<Observation, 
     let namespace = config.namespace().unwrap_or_default();
     let cluster_name = cluster_name(config, ctx, &namespace).await?;
     let mut paused = owner::annotated_paused(&config.metadata);
-    if !paused && let Some(cluster) = &cluster_name {
-        let clusters: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.cluster());
-        if let Some(found) = get_opt(&clusters, cluster, "Cluster").await? {
-            paused = ClusterView::decode(&found, ctx.capi)?.paused;
-        }
+    if !paused
+        && let Some(cluster) = &cluster_name
+        && let Some(found) = ctx.caches.clusters.get(&namespace, cluster).await
+    {
+        paused = ClusterView::decode(&found, ctx.capi)?.paused;
     }
     if paused {
         return Ok(Observation::Paused);
@@ -227,10 +226,8 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
                 )
             },
         )
-        .watches_with(
-            ctx.watched_dynamic(&capi.cluster()),
-            capi.cluster(),
-            watcher::Config::default(),
+        .watches_shared_stream_with(
+            ctx.caches.clusters.subscribe(),
             move |cluster| {
                 let namespace = cluster.namespace().unwrap_or_default();
                 let name = cluster.name_any();
@@ -245,6 +242,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
                 }
                 configs_for_cluster(&by_cluster, &namespace, &name)
             },
+            capi.cluster(),
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     drive_cached(controller, NAME, readiness, reconcile, ctx.clone(), &ctx).await;

@@ -35,7 +35,7 @@ use crate::{
         libvirt_host::LibvirtHost,
     },
     app::health::Readiness,
-    reconcile::{ApiError, Context, drive_cached, error::get_opt, in_namespace, owner, refs_where, write_status},
+    reconcile::{ApiError, Context, drive_cached, in_namespace, owner, refs_where, write_status},
 };
 
 /// Controller name in metrics and logs.
@@ -166,8 +166,7 @@ async fn owner(obj: &LibvirtCluster, ctx: &Context) -> Result<Result<DynamicObje
         return Ok(Err(Observation::NoOwner));
     };
     let namespace = obj.namespace().unwrap_or_default();
-    let clusters: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.cluster());
-    let Some(found) = get_opt(&clusters, &owner.name, "owner Cluster").await? else {
+    let Some(found) = ctx.caches.clusters.get(&namespace, &owner.name).await else {
         return Ok(Err(Observation::OwnerMissing {
             cluster: owner.name.clone(),
         }));
@@ -176,7 +175,7 @@ async fn owner(obj: &LibvirtCluster, ctx: &Context) -> Result<Result<DynamicObje
     if owner::is_paused(cluster.paused, &obj.metadata) {
         return Ok(Err(Observation::Paused));
     }
-    Ok(Ok(found))
+    Ok(Ok(Arc::unwrap_or_clone(found)))
 }
 
 /// Probe the endpoint of a LibvirtCluster whose owner Cluster is known and not paused.
@@ -231,10 +230,8 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     let controller = Controller::new(ctx.watched_api::<LibvirtCluster>(), watcher::Config::default());
     let clusters = controller.store();
     let controller = controller
-        .watches_with(
-            ctx.watched_dynamic(&capi.cluster()),
-            capi.cluster(),
-            watcher::Config::default(),
+        .watches_shared_stream_with(
+            ctx.caches.clusters.subscribe(),
             move |cluster| {
                 let namespace = cluster.namespace();
                 ClusterView::decode(&cluster, capi)
@@ -243,16 +240,13 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
                     .filter(|r| r.group == LibvirtCluster::group(&()) && r.kind == LibvirtCluster::kind(&()))
                     .map(|r| ObjectRef::<LibvirtCluster>::new(&r.name).within(namespace.as_deref().unwrap_or_default()))
             },
+            capi.cluster(),
         )
         // A host's failure domain is published by the clusters of its namespace.
-        .watches(
-            ctx.watched_api::<LibvirtHost>(),
-            watcher::Config::default(),
-            move |host| {
-                let namespace = host.namespace().unwrap_or_default();
-                refs_where(&clusters, |c| in_namespace(c, &namespace))
-            },
-        )
+        .watches_shared_stream(ctx.caches.libvirt_hosts.subscribe(), move |host| {
+            let namespace = host.namespace().unwrap_or_default();
+            refs_where(&clusters, |c| in_namespace(c, &namespace))
+        })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     drive_cached(controller, NAME, readiness, reconcile, ctx.clone(), &ctx).await;
 }

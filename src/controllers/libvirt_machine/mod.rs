@@ -55,7 +55,6 @@ use kube::{
     runtime::{
         controller::{Action, Controller},
         reflector::{ObjectRef, Store},
-        watcher,
     },
 };
 use tokio_util::sync::CancellationToken;
@@ -205,30 +204,33 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let capi = ctx.capi;
-    let (machines, clusters) = (
-        ctx.watched_dynamic(&capi.machine()),
-        ctx.watched_dynamic(&capi.cluster()),
-    );
+    let (machines, clusters) = (ctx.caches.machines.subscribe(), ctx.caches.clusters.subscribe());
     let store = controller.store();
     let (by_host, by_cluster) = (store.clone(), store.clone());
     let controller = controller
         // The Machine names the bootstrap data; its changes can unblock provisioning.
-        .watches_with(machines, capi.machine(), watcher::Config::default(), move |m| {
-            let namespace = m.namespace().unwrap_or_default();
-            MachineView::decode(&m, capi)
-                .ok()
-                .map(|v| v.infrastructure_ref)
-                .filter(|r| r.group == LibvirtMachine::group(&()) && r.kind == LibvirtMachine::kind(&()))
-                .map(|r| ObjectRef::<LibvirtMachine>::new(&r.name).within(&namespace))
-        })
+        .watches_shared_stream_with(
+            machines,
+            move |m| {
+                let namespace = m.namespace().unwrap_or_default();
+                MachineView::decode(&m, capi)
+                    .ok()
+                    .map(|v| v.infrastructure_ref)
+                    .filter(|r| r.group == LibvirtMachine::group(&()) && r.kind == LibvirtMachine::kind(&()))
+                    .map(|r| ObjectRef::<LibvirtMachine>::new(&r.name).within(&namespace))
+            },
+            capi.machine(),
+        )
         // A host turning ready or freeing capacity unblocks its machines.
-        .watches(ctx.watched_api::<LibvirtHost>(), watcher::Config::default(), move |h| {
+        .watches_shared_stream(ctx.caches.libvirt_hosts.subscribe(), move |h| {
             machines_on_host(&by_host, &h)
         })
         // Unpausing a Cluster resumes its machines.
-        .watches_with(clusters, capi.cluster(), watcher::Config::default(), move |c| {
-            machines_of_cluster(&by_cluster, c.namespace().as_deref().unwrap_or_default(), &c.name_any())
-        })
+        .watches_shared_stream_with(
+            clusters,
+            move |c| machines_of_cluster(&by_cluster, c.namespace().as_deref().unwrap_or_default(), &c.name_any()),
+            capi.cluster(),
+        )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let state = Arc::new(State {
         ctx: ctx.clone(),

@@ -1,13 +1,10 @@
 //! Everything one provisioning pass reads, in the order the contract needs it. Reading stops at
 //! the first missing piece, and at a pause, so that a machine waiting early costs few requests.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::{ByteString, api::core::v1::Secret};
-use kube::{
-    Api, ResourceExt,
-    api::{DynamicObject, ListParams},
-};
+use kube::{Api, ResourceExt};
 
 use super::{
     Error,
@@ -69,12 +66,16 @@ pub(super) async fn host_of(machine: &LibvirtMachine, ctx: &Context) -> Result<O
     let Some(name) = machine.host_name() else {
         return Ok(None);
     };
-    let hosts = Api::<LibvirtHost>::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
-    Ok(get_opt(&hosts, name, "LibvirtHost").await?)
+    let namespace = machine.namespace().unwrap_or_default();
+    Ok(ctx
+        .caches
+        .libvirt_hosts
+        .get(&namespace, name)
+        .await
+        .map(Arc::unwrap_or_clone))
 }
 
-/// The pool of a machine that has a `hostSelector` and no host yet (one list, filtered by the
-/// API server on the selector).
+/// The pool of a machine that has a `hostSelector` and no host yet, from the host cache.
 async fn pool_of(
     machine: &LibvirtMachine,
     failure_domain: Option<&str>,
@@ -85,15 +86,13 @@ async fn pool_of(
         Ok(None) => return Ok(None),
         Err(message) => return Ok(Some(Err(message))),
     };
-    let hosts = Api::<LibvirtHost>::namespaced(ctx.client.clone(), &machine.namespace().unwrap_or_default());
-    let listed = hosts
-        .list(&ListParams::default().labels_from(&selector))
-        .await
-        .map_err(crate::reconcile::ApiError::read("LibvirtHosts"))?;
-    Ok(Some(Ok(listed
-        .items
+    let namespace = machine.namespace();
+    let hosts = ctx.caches.libvirt_hosts.synced_store().await;
+    Ok(Some(Ok(hosts
+        .state()
         .into_iter()
-        .filter(|h| host_pool::in_pool(h, &selector, failure_domain))
+        .filter(|h| h.namespace() == namespace && host_pool::in_pool(h, &selector, failure_domain))
+        .map(Arc::unwrap_or_clone)
         .collect())))
 }
 
@@ -103,13 +102,11 @@ pub(super) async fn observe(machine: &LibvirtMachine, ctx: &Context) -> Result<O
     let Some(owner) = owner::capi_owner(&machine.metadata, "Machine") else {
         return Ok(Observed::NoOwner);
     };
-    let machines: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.machine());
-    let Some(found) = get_opt(&machines, &owner.name, "Machine").await? else {
+    let Some(found) = ctx.caches.machines.get(&namespace, &owner.name).await else {
         return Ok(Observed::MachineMissing(owner.name.clone()));
     };
     let capi_machine = MachineView::decode(&found, ctx.capi)?;
-    let clusters: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.cluster());
-    let Some(cluster) = get_opt(&clusters, &capi_machine.cluster_name, "Cluster").await? else {
+    let Some(cluster) = ctx.caches.clusters.get(&namespace, &capi_machine.cluster_name).await else {
         return Ok(Observed::ClusterMissing(capi_machine.cluster_name));
     };
     if owner::is_paused(ClusterView::decode(&cluster, ctx.capi)?.paused, &machine.metadata) {

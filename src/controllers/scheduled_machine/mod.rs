@@ -8,6 +8,7 @@
 //! edge or drain deadline; nothing polls.
 
 mod act;
+mod expectations;
 mod gate;
 pub mod objects;
 mod observe;
@@ -28,10 +29,9 @@ use kube::{
     Api, Resource, ResourceExt,
     api::DynamicObject,
     runtime::{
-        WatchStreamExt,
         controller::{Action as Requeue, Controller},
         events::EventType,
-        reflector::{self, ObjectRef, Store},
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
@@ -126,6 +126,8 @@ struct State {
     hosts: Option<Store<LibvirtHost>>,
     /// Orders creations by priority when many windows open at once.
     gate: gate::CreationGate,
+    /// Our creates the Machine cache has not caught up with.
+    expectations: expectations::Expectations,
     /// Last phase per object, for the phase gauge.
     phases: Mutex<HashMap<ObjectRef<ScheduledMachine>, Phase>>,
     /// The status last written per object, with the `resourceVersion` it was decided from.
@@ -187,7 +189,7 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
         return Ok(Requeue::await_change());
     }
 
-    let seen = observe::observe(sm, ctx, &state.machines, state.hosts.as_ref()).await?;
+    let seen = observe::observe(sm, ctx, &state.machines, state.hosts.as_ref(), &state.expectations).await?;
     if !seen.expired_overrides.is_empty() {
         // The write brings the object back with the annotations gone.
         annotations::remove(&api, sm, &seen.expired_overrides, "expired override annotations").await?;
@@ -201,8 +203,19 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
     } else {
         None
     };
-    act(sm, ctx, &decision).await?;
+    let uid = sm.uid().unwrap_or_default();
+    let acted = act(sm, ctx, &decision).await;
     drop(permit);
+    if let Err(err) = acted {
+        // A create may have got part-way: look for what it left.
+        state.expectations.forget_absence(&uid);
+        return Err(err);
+    }
+    match decision.action {
+        Action::Create => state.expectations.created(&uid, std::time::Instant::now()),
+        Action::DeleteMachine { .. } => state.expectations.settled(&uid),
+        _ => {}
+    }
 
     if decision.status != current {
         if !deleting || !decision.release_finalizer {
@@ -224,6 +237,8 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
             .map_err(ApiError::write("finalizers"))?;
         state.record_phase(ObjectRef::from_obj(sm), None);
         state.remember_status(sm, None);
+        state.expectations.settled(&uid);
+        state.expectations.forget_absence(&uid);
     }
     Ok(decision.requeue.map_or_else(Requeue::await_change, |d| {
         Requeue::requeue(d.max(Duration::from_millis(10)))
@@ -325,48 +340,26 @@ async fn libvirt_hosts_served(ctx: &Context) -> bool {
     }
 }
 
-/// A cache of the LibvirtHosts and the stream of their changes, which wakes reclaimed
-/// ScheduledMachines after the cache has them.
-fn host_cache(
-    ctx: &Context,
-) -> (
-    Store<LibvirtHost>,
-    impl futures::Stream<Item = Result<LibvirtHost, watcher::Error>> + Send + 'static,
-) {
-    let writer = reflector::store::Writer::<LibvirtHost>::default();
-    let hosts = writer.as_reader();
-    let events = reflector::reflector(
-        writer,
-        watcher(ctx.watched_api::<LibvirtHost>(), watcher::Config::default()).default_backoff(),
-    )
-    .touched_objects();
-    (hosts, events)
-}
-
 /// The ScheduledMachine a host reclaims.
-fn reclaimed_by(host: LibvirtHost) -> Option<ObjectRef<ScheduledMachine>> {
+fn reclaimed_by(host: Arc<LibvirtHost>) -> Option<ObjectRef<ScheduledMachine>> {
     let victim = host.status.as_ref()?.reclaim.as_ref()?.victim.as_ref()?;
     Some(ObjectRef::new(&victim.scheduled_machine).within(&host.namespace().unwrap_or_default()))
 }
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
-    let machines_api = ctx.watched_dynamic(&ctx.capi.machine());
-    let ours = watcher::Config::default().labels(objects::SCHEDULED_MACHINE_LABEL);
-
-    // A cache of our Machines: observe reads it instead of the API, and Node events map through
-    // it. The same stream triggers reconciles, after it has updated the cache, so a reconcile
-    // never reads a Machine older than the change that woke it (with two watches, a trigger
-    // for the Machine's new nodeRef could find the cache without it, and nothing would wake
-    // the controller again until the next schedule edge).
-    let writer = reflector::store::Writer::new(ctx.capi.machine());
-    let machines = writer.as_reader();
-    let machine_events = reflector::reflector(writer, watcher(machines_api, ours).default_backoff()).touched_objects();
+    // Observe reads our Machines from the shared cache, and Node events map through it. Its
+    // change stream triggers reconciles after the cache has the change, so a reconcile never
+    // reads a Machine older than the change that woke it (with a separate trigger watch, a
+    // trigger for the Machine's new nodeRef could find the cache without it, and nothing would
+    // wake the controller again until the next schedule edge).
+    let machines = ctx.caches.machines.store();
+    let machine_events = ctx.caches.machines.subscribe();
 
     let by_node = machines.clone();
     let capi = ctx.capi;
     let mut controller = Controller::new(ctx.watched_api::<ScheduledMachine>(), watcher::Config::default())
-        .watches_stream_with(
+        .watches_shared_stream_with(
             machine_events,
             |machine| {
                 let namespace = machine.namespace().unwrap_or_default();
@@ -385,21 +378,24 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
                 by_node
                     .state()
                     .into_iter()
-                    .filter(|m| {
-                        MachineView::decode(m, capi).is_ok_and(|v| v.node_name.as_deref() == Some(node_name.as_str()))
-                    })
+                    // The label first: the cache holds every Machine, and decoding costs more.
                     .filter_map(|m| {
                         let owner = m.labels().get(objects::SCHEDULED_MACHINE_LABEL)?.clone();
-                        Some(ObjectRef::<ScheduledMachine>::new(&owner).within(&m.namespace().unwrap_or_default()))
+                        let linked = MachineView::decode(&m, capi)
+                            .is_ok_and(|v| v.node_name.as_deref() == Some(node_name.as_str()));
+                        linked.then(|| {
+                            ObjectRef::<ScheduledMachine>::new(&owner).within(&m.namespace().unwrap_or_default())
+                        })
                     })
                     .collect::<Vec<_>>()
             },
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let hosts = if libvirt_hosts_served(&ctx).await {
-        let (hosts, host_events) = host_cache(&ctx);
-        controller = controller.watches_stream(host_events, reclaimed_by);
-        Some(hosts)
+        // The shared cache's stream wakes reclaimed ScheduledMachines after the cache has the
+        // host's new status.
+        controller = controller.watches_shared_stream(ctx.caches.libvirt_hosts.subscribe(), reclaimed_by);
+        Some(ctx.caches.libvirt_hosts.store())
     } else {
         None
     };
@@ -417,6 +413,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
         machines,
         hosts,
         gate,
+        expectations: expectations::Expectations::default(),
         phases: Mutex::default(),
         written: Mutex::default(),
     });

@@ -1,7 +1,7 @@
 //! Reading the world for one ScheduledMachine reconcile: the spec's validity, our Machine (from
 //! the watch cache), our bootstrap and infrastructure objects, and the Machine's Node.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -13,6 +13,7 @@ use kube::{
 
 use super::{
     CORDONED_BY_ANNOTATION, Error,
+    expectations::Expectations,
     objects::{self, SCHEDULED_MACHINE_LABEL},
     overrides,
     plan::{MachineSeen, NodeSeen, Observed, Timing, Validity},
@@ -136,6 +137,7 @@ pub async fn observe(
     ctx: &Context,
     machines: &Store<DynamicObject>,
     hosts: Option<&Store<LibvirtHost>>,
+    expectations: &Expectations,
 ) -> Result<Observed, Error> {
     let name = sm.name_any();
     let namespace = sm.namespace().unwrap_or_default();
@@ -149,27 +151,26 @@ pub async fn observe(
     let read = with_overrides(sm, now, &mut validity);
 
     let machine_ref = ObjectRef::new_with(&name, ctx.capi.machine()).within(&namespace);
-    let machine = match machines.get(&machine_ref) {
-        Some(obj) if is_ours(&obj, &name) => Some(MachineView::decode(&obj, ctx.capi)?),
+    let uid = sm.uid().unwrap_or_default();
+    let cached = machines.get(&machine_ref);
+    if cached.is_some() {
+        expectations.settled(&uid);
+    }
+    let machine = match cached {
+        Some(obj) if is_ours(&obj, &name) => Some(MachineSeen::from(MachineView::decode(&obj, ctx.capi)?)),
         Some(_) => {
             validity = conflict(&refs.machine);
             None
         }
+        // Created a moment ago, not in the cache yet: as it was created.
+        None if expectations.awaiting(&uid, Instant::now()) => Some(MachineSeen::default()),
         None => None,
     };
-    // While our Machine exists CAPI owns its bootstrap and infrastructure objects, so they are
-    // only looked up (two GETs) when there is no Machine and leftovers may need removing.
     let (bootstrap_exists, infrastructure_exists) = if machine.is_some() {
+        // While our Machine exists CAPI owns its bootstrap and infrastructure objects.
         (refs.bootstrap.is_some(), true)
     } else {
-        let bootstrap = match &refs.bootstrap {
-            Some(r) => exists_as_ours(ctx, &namespace, r, &name, &mut validity).await?,
-            None => false,
-        };
-        (
-            bootstrap,
-            exists_as_ours(ctx, &namespace, &refs.infrastructure, &name, &mut validity).await?,
-        )
+        leftovers(sm, ctx, &refs, expectations, &mut validity).await?
     };
 
     if machine.is_none() {
@@ -190,12 +191,7 @@ pub async fn observe(
         kill_switch: sm.spec.kill_switch,
         validity,
         refs,
-        machine: machine.map(|m| MachineSeen {
-            deleting: m.deleting,
-            phase: m.phase,
-            node_name: m.node_name,
-            provider_id: m.provider_id,
-        }),
+        machine,
         bootstrap_exists,
         infrastructure_exists,
         node,
@@ -204,6 +200,32 @@ pub async fn observe(
         expired_overrides: read.expired,
         reclaim_request,
     })
+}
+
+/// Whether the bootstrap and infrastructure objects of a ScheduledMachine without a Machine
+/// exist (two GETs, skipped while they are known to be absent), so leftovers can be removed.
+async fn leftovers(
+    sm: &ScheduledMachine,
+    ctx: &Context,
+    refs: &objects::CreatedRefs,
+    expectations: &Expectations,
+    validity: &mut Validity,
+) -> Result<(bool, bool), Error> {
+    let uid = sm.uid().unwrap_or_default();
+    if expectations.known_absent(&uid) {
+        return Ok((false, false));
+    }
+    let (name, namespace) = (sm.name_any(), sm.namespace().unwrap_or_default());
+    let bootstrap = match &refs.bootstrap {
+        Some(r) => exists_as_ours(ctx, &namespace, r, &name, validity).await?,
+        None => false,
+    };
+    let infrastructure = exists_as_ours(ctx, &namespace, &refs.infrastructure, &name, validity).await?;
+    // A name conflict or an unserved kind is not an absence: it is looked at again.
+    if !bootstrap && !infrastructure && matches!(validity, Validity::Valid(_)) {
+        expectations.found_absent(&uid);
+    }
+    Ok((bootstrap, infrastructure))
 }
 
 /// Whether `obj` carries our label, i.e. was created (or adopted) for ScheduledMachine `name`.

@@ -91,6 +91,17 @@ pub struct MachineSeen {
     pub provider_id: Option<String>,
 }
 
+impl From<crate::api::capi::MachineView> for MachineSeen {
+    fn from(m: crate::api::capi::MachineView) -> Self {
+        Self {
+            deleting: m.deleting,
+            phase: m.phase,
+            node_name: m.node_name,
+            provider_id: m.provider_id,
+        }
+    }
+}
+
 /// The Machine's Node as observed.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeSeen {

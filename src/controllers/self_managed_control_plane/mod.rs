@@ -48,7 +48,7 @@ use k8s_openapi::{
 };
 use kube::{
     Resource, ResourceExt,
-    api::{Api, DynamicObject, PartialObjectMeta, PostParams},
+    api::{Api, PartialObjectMeta, PostParams},
     runtime::{
         controller::{Action, Controller},
         events::EventType,
@@ -157,8 +157,7 @@ async fn observe(obj: &SelfManagedControlPlane, ctx: &Context) -> Result<Observa
         return Ok(Observation::Done(Outcome::NoCluster));
     };
     let namespace = obj.namespace().unwrap_or_default();
-    let clusters: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.cluster());
-    let Some(found) = get_opt(&clusters, &cluster, "Cluster").await? else {
+    let Some(found) = ctx.caches.clusters.get(&namespace, &cluster).await else {
         return Ok(Observation::Done(Outcome::ClusterNotFound { cluster }));
     };
     let view = ClusterView::decode(&found, ctx.capi).map_err(ApiError::from)?;
@@ -371,10 +370,8 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
                     .unwrap_or_default()
             },
         )
-        .watches_with(
-            ctx.watched_dynamic(&capi.cluster()),
-            capi.cluster(),
-            watcher::Config::default(),
+        .watches_shared_stream_with(
+            ctx.caches.clusters.subscribe(),
             move |cluster| {
                 let namespace = cluster.namespace().unwrap_or_default();
                 let name = cluster.name_any();
@@ -390,6 +387,7 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
                 }
                 for_cluster(&by_cluster, &namespace, &name)
             },
+            capi.cluster(),
         )
         .watches(
             ctx.watched_api::<LibvirtCluster>(),

@@ -154,6 +154,14 @@ async fn hooks_faults_counts_and_direct_store() {
     }
     cms.create(&PostParams::default(), &cm).await.unwrap();
     assert_eq!(server.request_count("create", "configmaps", ""), 3);
+    // Counts per client: another component names itself with Impersonate-User.
+    let other: Api<ConfigMap> = Api::default_namespaced(server.client_as("other"));
+    other.get("f").await.unwrap();
+    let key = |verb: &str| (verb.to_owned(), "configmaps".to_owned(), String::new());
+    let ours = server.request_counts_of("");
+    assert_eq!((ours.get(&key("create")), ours.get(&key("get"))), (Some(&3), None));
+    assert_eq!(server.request_counts_of("other").get(&key("get")), Some(&1));
+    assert_eq!(server.request_count("get", "configmaps", ""), 1);
     server.reset_counts();
     assert_eq!(server.request_count("create", "configmaps", ""), 0);
 
