@@ -63,6 +63,42 @@ fn non_watch_requests(counts: &BTreeMap<(String, String, String), u64>) -> BTree
     out
 }
 
+/// Where the manager's reconciles spent their time: the mean duration per controller, from its
+/// own metrics.
+fn print_reconcile_times(addr: std::net::SocketAddr) {
+    use std::io::{Read, Write};
+    let mut text = String::new();
+    let mut conn = std::net::TcpStream::connect(addr).expect("metrics endpoint");
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n").unwrap();
+    conn.read_to_string(&mut text).unwrap();
+    let value = |line: &str| {
+        line.rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let mut per_controller: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for line in text.lines() {
+        for (suffix, sum) in [("_sum{", true), ("_count{", false)] {
+            if let Some(rest) = line.strip_prefix(&format!("caplv_reconcile_duration_seconds{suffix}")) {
+                let controller = rest.split('"').nth(1).unwrap_or("?").to_owned();
+                let entry = per_controller.entry(controller).or_default();
+                if sum {
+                    entry.0 += value(line)
+                } else {
+                    entry.1 += value(line)
+                }
+            }
+        }
+    }
+    for (controller, (sum, count)) in per_controller {
+        println!(
+            "  reconciles of {controller}: {count} since start, mean {:.1} ms",
+            1000.0 * sum / count.max(1.0)
+        );
+    }
+}
+
 async fn wait(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
     while !done() {
@@ -100,9 +136,12 @@ async fn main() {
         server.put_object(serde_yaml::from_str(&doc).unwrap()).expect("seed object");
     }
 
+    let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
     let mut child = Command::new(env!("CARGO_BIN_EXE_caplv-manager"))
         .env("KUBECONFIG", &kubeconfig)
-        .args(["--metrics-addr", "127.0.0.1:0", "--log-filter", "warn"])
+        .args(["--metrics-addr", &metrics_addr.to_string(), "--log-filter", "warn"])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -194,6 +233,7 @@ async fn main() {
         manager_requests as f64 / COUNT as f64,
         all_clients as f64 / COUNT as f64
     );
+    print_reconcile_times(metrics_addr);
     let active_rss = rss_kib(child.id());
 
     // Nothing is due for an hour: nothing but watches should reach the server.
