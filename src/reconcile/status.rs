@@ -119,9 +119,54 @@ pub fn condition_events(old: &[Condition], new: &[Condition]) -> Vec<(EventType,
             if before.is_some_and(|b| b.status == after.status && b.reason == after.reason) {
                 return None;
             }
+            // Every object starts out not paused: that is no news, and in a burst of new
+            // objects one such Event each would double the Events written.
+            if before.is_none() && type_ == condition::PAUSED && after.status == Status::False.as_str() {
+                return None;
+            }
             let warning = type_ == condition::READY && after.status != Status::True.as_str();
             let type_ = if warning { EventType::Warning } else { EventType::Normal };
             Some((type_, after.reason.clone(), after.message.clone()))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conditions(list: serde_json::Value) -> Vec<Condition> {
+        serde_json::from_value(list).unwrap()
+    }
+
+    fn cond(type_: &str, status: &str, reason: &str) -> serde_json::Value {
+        serde_json::json!({"type": type_, "status": status, "reason": reason, "message": "",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    #[test]
+    fn a_new_object_not_paused_is_no_event_but_a_pause_and_its_end_are() {
+        let fresh = conditions(serde_json::json!([
+            cond("Ready", "False", "WaitingForHost"),
+            cond("Paused", "False", "NotPaused")
+        ]));
+        let events = condition_events(&[], &fresh);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(
+            (events[0].0, events[0].1.as_str()),
+            (EventType::Warning, "WaitingForHost")
+        );
+
+        let paused = conditions(serde_json::json!([
+            cond("Ready", "False", "WaitingForHost"),
+            cond("Paused", "True", "Paused")
+        ]));
+        assert_eq!(condition_events(&fresh, &paused)[0].1, "Paused");
+        assert_eq!(condition_events(&paused, &fresh)[0].1, "NotPaused");
+        let created_paused = condition_events(&[], &paused);
+        assert!(
+            created_paused.iter().any(|e| e.1 == "Paused"),
+            "created paused is news: {created_paused:?}"
+        );
+    }
 }

@@ -15,19 +15,21 @@
 //! process, not at every reconcile.
 
 use std::{
-    collections::HashMap,
-    sync::{Mutex, PoisonError},
+    collections::{HashMap, HashSet},
+    sync::{Mutex, MutexGuard, PoisonError},
     time::{Duration, Instant},
 };
 
 /// How long a create is trusted without the cache confirming it.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Creates awaiting their watch event, keyed by the ScheduledMachine's uid.
+/// Both memories, keyed by the ScheduledMachine's uid.
 #[derive(Debug, Default)]
 pub struct Expectations {
+    /// Creates awaiting their watch event, with when they were made.
     created: Mutex<HashMap<String, Instant>>,
-    absent: Mutex<std::collections::HashSet<String>>,
+    /// ScheduledMachines whose bootstrap and infrastructure objects are known not to exist.
+    absent: Mutex<HashSet<String>>,
 }
 
 impl Expectations {
@@ -53,7 +55,7 @@ impl Expectations {
         self.absent_set().remove(uid);
     }
 
-    fn absent_set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+    fn absent_set(&self) -> MutexGuard<'_, HashSet<String>> {
         self.absent.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -75,7 +77,7 @@ impl Expectations {
         self.lock().remove(uid);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Instant>> {
         self.created.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -126,7 +126,7 @@ struct State {
     hosts: Option<Store<LibvirtHost>>,
     /// Orders creations by priority when many windows open at once.
     gate: gate::CreationGate,
-    /// Our creates the Machine cache has not caught up with.
+    /// Our creates the Machine cache has not caught up with, and known absences of leftovers.
     expectations: expectations::Expectations,
     /// Last phase per object, for the phase gauge.
     phases: Mutex<HashMap<ObjectRef<ScheduledMachine>, Phase>>,
