@@ -14,13 +14,13 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 # Without the default `sandbox` feature: the shipped binary carries no test stand-ins.
-RUN cargo build --release --locked --bin caplv-manager --no-default-features --features caplv,ignition,fivespot
+RUN cargo build --profile dist --locked --bin caplv-manager --no-default-features --features caplv,ignition,fivespot
 
 FROM docker.io/library/debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libvirt0 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/target/release/caplv-manager /usr/local/bin/caplv-manager
+COPY --from=build /src/target/dist/caplv-manager /usr/local/bin/caplv-manager
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/caplv-manager"]
 CMD ["run"]

@@ -10,7 +10,10 @@
 //!    trips over SSH) each took.
 //!
 //! The manager runs in this process (as in the integration tests) so the benchmark can read its
-//! connection cache; memkube and the CAPI simulator run alongside.
+//! connection cache; memkube and the CAPI simulator run alongside. The last line of output is
+//! one JSON object: `provision_s`, `teardown_s`, `rpc_per_provision` and `rpc_per_teardown`
+//! (real libvirt, medians of the rounds; null when that part is skipped), and the 50-host
+//! figures `test_hosts_provision_all_s` and `test_hosts_teardown_all_s`.
 
 #![allow(
     clippy::expect_used,
@@ -185,7 +188,7 @@ fn test_spec() -> serde_json::Value {
            "network": {"type": "network", "name": "default", "addresses": ["192.168.122.100/24"]}})
 }
 
-async fn fifty_hosts() {
+async fn fifty_hosts() -> (Duration, Duration) {
     let b = start().await;
     let dir = tempfile::tempdir().unwrap();
     let start_hosts = Instant::now();
@@ -249,13 +252,29 @@ async fn fifty_hosts() {
     );
     println!("  Machines deleted -> all gone:       {:>8.2} s", deleted.as_secs_f64());
     stop(b).await;
+    (provisioned, deleted)
+}
+
+/// One real-libvirt round: Machine created -> domain running, and Machine deleted -> all gone,
+/// each with the libvirt RPC messages it took.
+struct Round {
+    up: Duration,
+    rpc_up: u64,
+    down: Duration,
+    rpc_down: u64,
+}
+
+/// The middle value (the upper one of an even count); rounds vary with the host's load.
+fn median<T: PartialOrd + Copy>(mut values: Vec<T>) -> Option<T> {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    values.get(values.len() / 2).copied()
 }
 
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-async fn real_libvirt() {
+async fn real_libvirt() -> Vec<Round> {
     let (Some(uri), Some(pin), Some(key), Some(pool), Some(base), Some(code), Some(vars)) = (
         var("CAPLV_SYS_URI"),
         var("CAPLV_SYS_FINGERPRINT"),
@@ -266,7 +285,7 @@ async fn real_libvirt() {
         var("CAPLV_SYS_OVMF_VARS"),
     ) else {
         println!("real libvirt: skipped (run scripts/bench-real-libvirt.sh to include it)");
-        return;
+        return Vec::new();
     };
     let b = start().await;
     let key = std::fs::read_to_string(key).unwrap();
@@ -310,6 +329,7 @@ async fn real_libvirt() {
     );
     println!("  round  created->running  RPCs  deleted->gone  RPCs");
     let lvms: Api<LibvirtMachine> = Api::namespaced(b.client.clone(), "default");
+    let mut rounds = Vec::new();
     for round in 0..REAL_ROUNDS {
         let name = format!("bench-{round}");
         let before = conn.rpc_messages().unwrap_or(0);
@@ -335,13 +355,33 @@ async fn real_libvirt() {
             down.as_secs_f64(),
             after - mid
         );
+        rounds.push(Round {
+            up,
+            rpc_up: mid - before,
+            down,
+            rpc_down: after - mid,
+        });
     }
     println!("  (RPCs include the periodic host health check that may fall inside a round)");
     stop(b).await;
+    rounds
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    fifty_hosts().await;
-    real_libvirt().await;
+    let (provisioned, deleted) = fifty_hosts().await;
+    let rounds = real_libvirt().await;
+    let seconds = |d: Option<Duration>| d.map(|d| (d.as_secs_f64() * 100.0).round() / 100.0);
+    // The real-libvirt figures are medians over the rounds; null when that part was skipped.
+    println!(
+        "{}",
+        json!({
+            "test_hosts_provision_all_s": seconds(Some(provisioned)),
+            "test_hosts_teardown_all_s": seconds(Some(deleted)),
+            "provision_s": seconds(median(rounds.iter().map(|r| r.up).collect())),
+            "teardown_s": seconds(median(rounds.iter().map(|r| r.down).collect())),
+            "rpc_per_provision": median(rounds.iter().map(|r| r.rpc_up).collect()),
+            "rpc_per_teardown": median(rounds.iter().map(|r| r.rpc_down).collect()),
+        })
+    );
 }

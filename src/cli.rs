@@ -123,8 +123,9 @@ pub struct RunArgs {
     #[arg(long, env = "CAPLV_ENDPOINT_PROBE_TIMEOUT_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub endpoint_probe_timeout_seconds: u64,
     /// ScheduledMachines creating their objects at the same time; when more windows open at
-    /// once, higher `priority` goes first.
-    #[arg(long, env = "CAPLV_MAX_CONCURRENT_CREATIONS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    /// once, higher `priority` goes first. The API server's priority and fairness protects it,
+    /// so this bounds the burst rather than throttling it.
+    #[arg(long, env = "CAPLV_MAX_CONCURRENT_CREATIONS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub max_concurrent_creations: u64,
     /// Seconds between checks that a provisioned LibvirtMachine's domain still runs (a shut-off
     /// domain is restarted, a vanished one reported).

@@ -20,6 +20,7 @@ pub mod cmd;
 pub mod controllers;
 pub mod endpoint;
 pub mod ignition;
+#[cfg(feature = "caplv")]
 pub mod kubelet_csr;
 pub mod libvirt;
 pub mod metrics;

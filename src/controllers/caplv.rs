@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use kube::runtime::{controller::Controller, watcher};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -31,7 +30,7 @@ pub const CONTROLLERS: &[&str] = &[
 pub fn spawn(ctx: &Arc<Context>, readiness: &Readiness, shutdown: &CancellationToken) -> Vec<JoinHandle<()>> {
     let hosts = ctx.hosts.clone();
     // The machine controller's cache is also what the host controller sums allocations from.
-    let machines = Controller::new(ctx.watched_api::<LibvirtMachine>(), watcher::Config::default());
+    let machines = ctx.controller::<LibvirtMachine>();
     let machine_cache = machines.store();
     let placement = Arc::new(Placement::new(machine_cache.clone()));
     let host_deps = libvirt_host::Shared {

@@ -6,13 +6,7 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::{
-    Api, ResourceExt,
-    runtime::{
-        controller::{Action, Controller},
-        watcher,
-    },
-};
+use kube::{Api, ResourceExt, runtime::controller::Action};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -60,7 +54,8 @@ async fn reconcile(template: Arc<LibvirtMachineTemplate>, ctx: Arc<Context>) -> 
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
-    let controller = Controller::new(ctx.watched_api::<LibvirtMachineTemplate>(), watcher::Config::default())
+    let controller = ctx
+        .controller::<LibvirtMachineTemplate>()
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     drive_cached(controller, NAME, readiness, reconcile, ctx.clone(), &ctx).await;
 }

@@ -14,7 +14,7 @@ use kube::{
     Api, Resource, ResourceExt,
     api::{PartialObjectMeta, Patch, PatchParams},
     runtime::{
-        controller::{Action, Controller},
+        controller::Action,
         events::EventType,
         reflector::{ObjectRef, Store},
         watcher,
@@ -145,7 +145,7 @@ fn machines_for_node(store: &Store<LibvirtMachine>, node: &str) -> Vec<ObjectRef
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
-    let controller = Controller::new(ctx.watched_api::<LibvirtMachine>(), watcher::Config::default());
+    let controller = ctx.controller::<LibvirtMachine>();
     let store = controller.store();
     let by_node = store.clone();
     let nodes: Api<PartialObjectMeta<Node>> = Api::all(ctx.client.clone());

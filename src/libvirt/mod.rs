@@ -10,7 +10,9 @@ pub mod identity;
 pub mod pressure;
 #[cfg(feature = "sandbox")]
 pub mod simulated;
+#[cfg(feature = "caplv")]
 pub mod ssh;
+#[cfg(feature = "caplv")]
 pub mod virt_backend;
 pub mod volume_xml;
 pub mod xml;

@@ -13,6 +13,7 @@ pub mod host_connections;
 #[cfg(feature = "caplv")]
 pub mod host_pool;
 pub mod kinds;
+pub mod own_writes;
 pub mod owner;
 #[cfg(feature = "caplv")]
 pub mod placement;
@@ -22,6 +23,7 @@ mod status;
 use std::{future::Future, sync::Arc, time::Duration};
 
 use futures::StreamExt;
+use kube::runtime::WatchStreamExt as _;
 use kube::{
     Client, Resource, ResourceExt,
     api::{Api, DynamicObject},
@@ -81,7 +83,7 @@ impl Default for Settings {
             watch_namespace: None,
             endpoint_probe_interval: Duration::from_secs(60),
             error_requeue: Duration::from_secs(10),
-            max_concurrent_creations: 10,
+            max_concurrent_creations: 100,
             domain_check_interval: Duration::from_secs(60),
             max_concurrent_host_connects: 16,
             csr_approval_window: Duration::from_secs(120 * 60),
@@ -186,6 +188,31 @@ impl Context {
             None => Api::all(self.client.clone()),
         }
     }
+
+    /// A controller of `K` in the watched namespaces whose store holds trimmed objects (as the
+    /// shared caches do): a controller's own kind is usually what it caches most of, and
+    /// server-side apply makes `managedFields` a large part of each object.
+    pub fn controller<K>(&self) -> Controller<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let writer = kube::runtime::reflector::store::Writer::default();
+        let store = writer.as_reader();
+        let changes = kube::runtime::reflector(
+            writer,
+            kube::runtime::watcher(self.watched_api::<K>(), kube::runtime::watcher::Config::default())
+                .default_backoff()
+                .modify(shared_cache::trim),
+        )
+        .applied_objects();
+        Controller::for_stream(changes, store)
+    }
 }
 
 /// An `Api` for `resource` in `namespace`, or in all namespaces.
@@ -204,6 +231,9 @@ pub struct SharedCaches {
     pub machines: SharedCache<DynamicObject>,
     /// Every LibvirtHost in the watched namespaces (watched only where LibvirtHosts are served).
     pub libvirt_hosts: SharedCache<crate::api::LibvirtHost>,
+    /// The metadata of every Secret in the watched namespaces (metadata-only requests): what
+    /// Secrets exist, whom they belong to and their `resourceVersion`, never their contents.
+    pub secrets: SharedCache<kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>>,
 }
 
 impl SharedCaches {
@@ -214,16 +244,18 @@ impl SharedCaches {
                 resource,
             )
         };
+        fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+        where
+            K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+        {
+            namespace.map_or_else(|| Api::all(client.clone()), |ns| Api::namespaced(client.clone(), ns))
+        }
+        let namespace = settings.watch_namespace.as_deref();
         Self {
             clusters: cache(capi.cluster()),
             machines: cache(capi.machine()),
-            libvirt_hosts: SharedCache::new(
-                match &settings.watch_namespace {
-                    Some(ns) => Api::namespaced(client.clone(), ns),
-                    None => Api::all(client.clone()),
-                },
-                (),
-            ),
+            libvirt_hosts: SharedCache::new(scoped(client, namespace), ()),
+            secrets: SharedCache::new(scoped(client, namespace), ()),
         }
     }
 }

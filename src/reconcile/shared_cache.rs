@@ -119,7 +119,7 @@ where
 }
 
 /// Drop what no controller reads.
-fn trim<K: Resource>(obj: &mut K) {
+pub(crate) fn trim<K: Resource>(obj: &mut K) {
     obj.managed_fields_mut().clear();
     obj.annotations_mut().remove(LAST_APPLIED);
 }

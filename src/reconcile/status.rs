@@ -13,10 +13,11 @@ use serde::{Serialize, de::DeserializeOwned};
 /// Server-side apply `status` on the `/status` subresource as `field_manager`.
 ///
 /// The whole status is sent each time, so fields this manager no longer sets are removed.
+/// Returns the object as written.
 ///
 /// # Errors
 /// The API error, e.g. when the object is gone.
-pub async fn apply_status<K, S>(api: &Api<K>, name: &str, field_manager: &str, status: &S) -> kube::Result<()>
+pub async fn apply_status<K, S>(api: &Api<K>, name: &str, field_manager: &str, status: &S) -> kube::Result<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     S: Serialize,
@@ -27,13 +28,12 @@ where
         "status": status,
     });
     api.patch_status(name, &PatchParams::apply(field_manager).force(), &Patch::Apply(patch))
-        .await?;
-    Ok(())
+        .await
 }
 
 /// Write `after` on the `/status` of `obj` when it differs from `before`, then publish `events`
 /// plus one Event per change of `Ready` or `Paused`. The order is the point: an Event never
-/// announces a status that was not written.
+/// announces a status that was not written. Returns the object as written, if it was.
 ///
 /// # Errors
 /// The status write failed (nothing is published then).
@@ -44,7 +44,7 @@ pub async fn write_status<K, S>(
     before: &S,
     after: &S,
     mut events: Vec<(EventType, String, String)>,
-) -> Result<(), super::ApiError>
+) -> Result<Option<K>, super::ApiError>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -52,22 +52,26 @@ where
         + std::fmt::Debug,
     S: Serialize + PartialEq + HasConditions,
 {
+    let mut written = None;
     if after != before {
         let api: Api<K> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
-        apply_status(&api, &obj.name_any(), field_manager, after)
-            .await
-            .map_err(super::ApiError::write("status"))?;
+        written = Some(
+            apply_status(&api, &obj.name_any(), field_manager, after)
+                .await
+                .map_err(super::ApiError::write("status"))?,
+        );
         events.extend(condition_events(before.conditions(), after.conditions()));
     }
     let reference = obj.object_ref(&());
     for (type_, reason, note) in events {
         publish_event(&ctx.recorder, &reference, type_, &reason, "Reconcile", note).await;
     }
-    Ok(())
+    Ok(written)
 }
 
 /// Server-side apply `secret` (named `name`, in `namespace`) as `field_manager`, taking the
 /// fields it names from any other manager: the controller owns these Secrets' contents.
+/// Returns the Secret as written.
 ///
 /// # Errors
 /// The write failed.
@@ -77,13 +81,12 @@ pub async fn apply_secret(
     name: &str,
     field_manager: &str,
     secret: &(impl Serialize + std::fmt::Debug),
-) -> Result<(), super::ApiError> {
+) -> Result<k8s_openapi::api::core::v1::Secret, super::ApiError> {
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(ctx.client.clone(), namespace);
     secrets
         .patch(name, &PatchParams::apply(field_manager).force(), &Patch::Apply(secret))
         .await
-        .map_err(super::ApiError::write(format!("Secret {name:?}")))?;
-    Ok(())
+        .map_err(super::ApiError::write(format!("Secret {name:?}")))
 }
 
 /// Publish an Event about `object`. A failure is logged, never fatal: Events are advisory.
@@ -107,8 +110,14 @@ pub async fn publish_event(
     }
 }
 
-/// One Event per change of the `Ready` or `Paused` condition's status or reason: Warning when
-/// `Ready` is not True, Normal otherwise. Returns (type, reason, message).
+/// One Event per change of the `Ready` or `Paused` condition's status or reason that is news:
+/// Warning when `Ready` is not True, Normal otherwise. Returns (type, reason, message).
+///
+/// Not news, so no Event (the condition still says it):
+/// - a wait (`WaitingFor…`): the object is on its expected way, and its outcome will be
+///   announced;
+/// - an object's first `Ready=True` or `Paused=False`: what a new object is when nothing is
+///   wrong. In a burst of new objects one such Event each would be most of the Events written.
 #[must_use]
 pub fn condition_events(old: &[Condition], new: &[Condition]) -> Vec<(EventType, String, String)> {
     [condition::READY, condition::PAUSED]
@@ -119,9 +128,11 @@ pub fn condition_events(old: &[Condition], new: &[Condition]) -> Vec<(EventType,
             if before.is_some_and(|b| b.status == after.status && b.reason == after.reason) {
                 return None;
             }
-            // Every object starts out not paused: that is no news, and in a burst of new
-            // objects one such Event each would double the Events written.
-            if before.is_none() && type_ == condition::PAUSED && after.status == Status::False.as_str() {
+            let fine = match type_ {
+                condition::READY => Status::True,
+                _ => Status::False,
+            };
+            if after.reason.starts_with(WAIT_PREFIX) || (before.is_none() && after.status == fine.as_str()) {
                 return None;
             }
             let warning = type_ == condition::READY && after.status != Status::True.as_str();
@@ -130,6 +141,9 @@ pub fn condition_events(old: &[Condition], new: &[Condition]) -> Vec<(EventType,
         })
         .collect()
 }
+
+/// How every reason for an expected wait begins.
+const WAIT_PREFIX: &str = "WaitingFor";
 
 #[cfg(test)]
 mod tests {
@@ -145,20 +159,52 @@ mod tests {
     }
 
     #[test]
+    fn waits_and_a_new_objects_good_state_are_no_events_but_problems_and_recoveries_are() {
+        let ready = |reason| conditions(serde_json::json!([cond("Ready", "True", reason)]));
+        let not_ready = |reason| conditions(serde_json::json!([cond("Ready", "False", reason)]));
+        assert!(
+            condition_events(&[], &ready("DomainRunning")).is_empty(),
+            "created ready"
+        );
+        assert!(condition_events(&[], &not_ready("WaitingForMachineOwner")).is_empty());
+        assert!(
+            condition_events(
+                &not_ready("WaitingForMachineOwner"),
+                &not_ready("WaitingForBootstrapData")
+            )
+            .is_empty(),
+            "one wait after another"
+        );
+        let problem = condition_events(&[], &not_ready("HostNotFound"));
+        assert_eq!(
+            (problem[0].0, problem[0].1.as_str()),
+            (EventType::Warning, "HostNotFound")
+        );
+        assert!(
+            condition_events(&not_ready("HostNotFound"), &not_ready("WaitingForHost")).is_empty(),
+            "a wait again: the outcome is announced"
+        );
+        let up = condition_events(&not_ready("WaitingForHost"), &ready("DomainRunning"));
+        assert_eq!((up[0].0, up[0].1.as_str()), (EventType::Normal, "DomainRunning"));
+        let down = condition_events(&ready("DomainRunning"), &not_ready("DomainMissing"));
+        assert_eq!(down[0].0, EventType::Warning);
+    }
+
+    #[test]
     fn a_new_object_not_paused_is_no_event_but_a_pause_and_its_end_are() {
         let fresh = conditions(serde_json::json!([
-            cond("Ready", "False", "WaitingForHost"),
+            cond("Ready", "False", "HostNotFound"),
             cond("Paused", "False", "NotPaused")
         ]));
         let events = condition_events(&[], &fresh);
         assert_eq!(events.len(), 1, "{events:?}");
         assert_eq!(
             (events[0].0, events[0].1.as_str()),
-            (EventType::Warning, "WaitingForHost")
+            (EventType::Warning, "HostNotFound")
         );
 
         let paused = conditions(serde_json::json!([
-            cond("Ready", "False", "WaitingForHost"),
+            cond("Ready", "False", "HostNotFound"),
             cond("Paused", "True", "Paused")
         ]));
         assert_eq!(condition_events(&fresh, &paused)[0].1, "Paused");

@@ -38,6 +38,30 @@ fn relative(path: &Path) -> String {
 
 #[test]
 fn the_shipped_build_links_no_test_stand_in() {
+    let tree = normal_dependencies("caplv,ignition,fivespot");
+    for stand_in in ["memkube ", "capi-sim ", "tempfile ", "rcgen "] {
+        assert!(
+            !tree.iter().any(|l| l.starts_with(stand_in)),
+            "{stand_in}is linked into the build without the sandbox feature"
+        );
+    }
+}
+
+#[test]
+fn a_build_without_the_caplv_family_links_no_libvirt_ssh_or_x509() {
+    for features in ["fivespot", "ignition"] {
+        let tree = normal_dependencies(features);
+        for crate_ in ["virt ", "virt-sys ", "russh ", "x509-parser "] {
+            assert!(
+                !tree.iter().any(|l| l.starts_with(crate_)),
+                "{crate_}is linked into a build with only --features {features}"
+            );
+        }
+    }
+}
+
+/// The crates a build of `caplv` with only `features` links, one `name version` per line.
+fn normal_dependencies(features: &str) -> Vec<String> {
     let out = Command::new(env!("CARGO"))
         .args([
             "tree",
@@ -50,7 +74,7 @@ fn the_shipped_build_links_no_test_stand_in() {
             "-p",
             "caplv",
         ])
-        .args(["--no-default-features", "--features", "caplv,ignition,fivespot"])
+        .args(["--no-default-features", "--features", features])
         .current_dir(ROOT)
         .output()
         .unwrap();
@@ -64,12 +88,7 @@ fn the_shipped_build_links_no_test_stand_in() {
         tree.lines().any(|l| l.starts_with("kube ")),
         "the tree lists the product's crates:\n{tree}"
     );
-    for stand_in in ["memkube ", "capi-sim ", "tempfile ", "rcgen "] {
-        assert!(
-            !tree.lines().any(|l| l.starts_with(stand_in)),
-            "{stand_in}is linked into the build without the sandbox feature"
-        );
-    }
+    tree.lines().map(str::to_owned).collect()
 }
 
 #[test]

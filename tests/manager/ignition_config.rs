@@ -188,13 +188,20 @@ async fn an_owner_machine_gets_the_contract_shaped_secret_which_follows_the_sour
         machines(&env).get("w1").await.unwrap().data["spec"]["bootstrap"]["dataSecretName"] == "w1"
     })
     .await;
-    wait_event(&env, "w1", "Normal", "DataSecretCreated").await;
 
-    // A source update reaches the data Secret.
+    // A source update reaches the data Secret, and is announced; the first write was not (a
+    // config that is ready at once is no news).
     let updated = ignition("3.5.0");
     put_source(&env, "worker-ignition", &[("value", updated.as_bytes())]).await;
     wait_data(&env, "w1", updated.as_bytes()).await;
     wait_ready(&env, "w1", "True", "DataSecretCreated").await;
+    wait_event(&env, "w1", "Normal", "DataSecretUpdated").await;
+    let reasons: Vec<_> = events_about(&env, "w1")
+        .await
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(!reasons.iter().any(|r| r == "DataSecretCreated"), "{reasons:?}");
     wait_until("status message follows the source", || async {
         ready_condition(&env, "w1")
             .await
@@ -303,6 +310,47 @@ async fn a_standalone_config_produces_data_and_its_deletion_removes_it() {
     assert!(
         secrets(&env).get_opt("seed").await.unwrap().is_some(),
         "the source stays"
+    );
+    env.stop().await;
+}
+
+/// A burst of configs sharing one source: the source is read about once (not once per config
+/// per reconcile), and each config's data Secret and status are written once. Reconciles woken
+/// by the controller's own writes find nothing to read or write.
+#[tokio::test]
+async fn a_burst_sharing_one_source_reads_it_once_and_writes_each_config_once() {
+    const CONFIGS: u64 = 20;
+    let env = Env::start().await;
+    put_source(&env, "shared", &[("value", ignition("3.4.0").as_bytes())]).await;
+    let server = env.server();
+    server.reset_counts();
+    let names: Vec<String> = (0..CONFIGS).map(|i| format!("b{i:02}")).collect();
+    for name in &names {
+        ignition_config(&env, name, "shared", None, "cluster.x-k8s.io/cluster-name: spot").await;
+    }
+    for name in &names {
+        wait_ready(&env, name, "True", "DataSecretCreated").await;
+    }
+    wait_until("every data Secret written", || async {
+        server.request_count("patch", "secrets", "") >= CONFIGS
+    })
+    .await;
+    let gets = server.request_count("get", "secrets", "");
+    let applies = server.request_count("patch", "secrets", "");
+    let statuses = server.request_count("patch", "ignitionconfigs.bootstrap.cluster.x-k8s.io", "status");
+    // Each data Secret's absence is read once; the source once, or a few times when the first
+    // reconciles start together before any has read it.
+    assert!(
+        gets <= CONFIGS + CONFIGS / 2,
+        "{gets} Secret reads for {CONFIGS} configs"
+    );
+    assert!(
+        applies <= CONFIGS + 2,
+        "{applies} data Secret writes for {CONFIGS} configs"
+    );
+    assert!(
+        statuses <= CONFIGS + 2,
+        "{statuses} status writes for {CONFIGS} configs"
     );
     env.stop().await;
 }

@@ -41,12 +41,12 @@
 //!   condition reports the current problem.
 //! - **No hot loop, no polling.** A bad source waits for a change of the Secret or the
 //!   IgnitionConfig; nothing is requeued on a timer except after transient API errors.
-//! - **Secrets are watched metadata-only, once.** One metadata watch on Secrets maps each Secret
-//!   to the IgnitionConfigs in its namespace that read it (`spec.secretRef.name`) or that it
-//!   would be the data Secret of (same name), using the controller's own cache of
-//!   IgnitionConfigs. This covers what `owns` would (the data Secret is named after its owner)
-//!   and also a conflicting Secret going away, with one watch and without holding Secret
-//!   contents in the watch.
+//! - **Secrets are watched metadata-only, once, and read only when they changed.** The
+//!   manager's shared metadata cache of Secrets maps each Secret to the IgnitionConfigs in its
+//!   namespace that read it (`spec.secretRef.name`) or that it would be the data Secret of
+//!   (same name), using the controller's own cache of IgnitionConfigs. This covers what `owns`
+//!   would (the data Secret is named after its owner) and also a conflicting Secret going away.
+//!   Its `resourceVersion`s tell when [`secret_memory`] may answer instead of a GET.
 //! - **Clusters are watched for pause changes only**, mapped to the configs labelled with the
 //!   Cluster's name.
 //! - **Content never leaves the Secret.** Conditions, Events, logs and errors carry names, keys,
@@ -54,6 +54,7 @@
 //!   Debug-printed.
 
 pub mod plan;
+mod secret_memory;
 
 use std::{
     collections::HashMap,
@@ -63,27 +64,29 @@ use std::{
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     ResourceExt,
-    api::{Api, PartialObjectMeta},
+    api::Api,
     runtime::{
-        controller::{Action, Controller},
+        controller::Action,
         events::EventType,
         reflector::{ObjectRef, Store},
-        watcher,
     },
 };
 use tokio_util::sync::CancellationToken;
 
-use self::plan::{Existing, Observation, Plan};
+use self::{
+    plan::{Existing, Observation, Payload, Plan, Problem},
+    secret_memory::SecretMemory,
+};
 use crate::{
     api::{
         CLUSTER_NAME_LABEL,
         capi::{ClusterView, MachineView},
         condition,
-        ignition_config::{ConfigCondition, ConfigReason, IgnitionConfig, IgnitionConfigStatus},
+        ignition_config::{ConfigCondition, IgnitionConfig, IgnitionConfigStatus},
     },
     app::health::Readiness,
     reconcile::{
-        ApiError, Context, apply_secret, condition_events, drive_cached, error::get_opt, in_namespace, owner,
+        ApiError, Context, apply_secret, drive_cached, error::get_opt, in_namespace, own_writes::OwnWrites, owner,
         refs_where, write_status,
     },
 };
@@ -114,7 +117,65 @@ async fn cluster_name(config: &IgnitionConfig, ctx: &Context, namespace: &str) -
         .cloned())
 }
 
-async fn observe(config: &IgnitionConfig, ctx: &Context) -> Result<Observation, Error> {
+/// Controller state shared by reconciles.
+struct State {
+    ctx: Arc<Context>,
+    secrets: SecretMemory,
+    /// Our status writes the watch has not brought back yet.
+    own: OwnWrites<IgnitionConfig>,
+}
+
+/// Secret `namespace/name`'s current `resourceVersion`, from the shared metadata cache.
+async fn current_version(ctx: &Context, namespace: &str, name: &str) -> Option<String> {
+    ctx.caches
+        .secrets
+        .get(namespace, name)
+        .await
+        .and_then(|s| s.resource_version())
+}
+
+/// The source's payload: remembered while the Secret is unchanged, else read and validated.
+async fn source_payload(
+    state: &State,
+    secrets: &Api<Secret>,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<Result<Payload, Problem>, Error> {
+    if let Some(version) = current_version(&state.ctx, namespace, name).await
+        && let Some(known) = state.secrets.source(namespace, name, key, &version)
+    {
+        return Ok((*known).clone());
+    }
+    let found = get_opt(secrets, name, "Secret").await?;
+    let payload = plan::payload(name, key, found.as_ref());
+    if let Some(version) = found.as_ref().and_then(ResourceExt::resource_version) {
+        state
+            .secrets
+            .remember_source(namespace, name, key, version, Arc::new(payload.clone()));
+    }
+    Ok(payload)
+}
+
+/// The data Secret: known unchanged while it is at the version last read or written, else read.
+async fn existing_data(
+    state: &State,
+    secrets: &Api<Secret>,
+    config: &IgnitionConfig,
+    namespace: &str,
+) -> Result<Existing, Error> {
+    let name = config.name_any();
+    if let Some(version) = current_version(&state.ctx, namespace, &name).await
+        && let Some(held) = state.secrets.data(namespace, &name, &version)
+    {
+        return Ok(Existing::Unchanged(held));
+    }
+    let found = get_opt(secrets, &name, "Secret").await?;
+    Ok(Existing::classify(found, config.uid().as_deref().unwrap_or_default()))
+}
+
+async fn observe(config: &IgnitionConfig, state: &State) -> Result<Observation, Error> {
+    let ctx = &state.ctx;
     let namespace = config.namespace().unwrap_or_default();
     let cluster_name = cluster_name(config, ctx, &namespace).await?;
     let mut paused = owner::annotated_paused(&config.metadata);
@@ -129,12 +190,9 @@ async fn observe(config: &IgnitionConfig, ctx: &Context) -> Result<Observation, 
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let secret_ref = &config.spec.secret_ref;
-    let source_secret = get_opt(&secrets, &secret_ref.name, "Secret").await?;
-    let source = plan::payload(&secret_ref.name, &secret_ref.key, source_secret.as_ref());
-    drop(source_secret);
+    let source = source_payload(state, &secrets, &namespace, &secret_ref.name, &secret_ref.key).await?;
     let existing = if source.is_ok() {
-        let found = get_opt(&secrets, &config.name_any(), "Secret").await?;
-        Existing::classify(found, config.uid().as_deref().unwrap_or_default())
+        existing_data(state, &secrets, config, &namespace).await?
     } else {
         // Nothing will be written, so the data Secret need not be read.
         Existing::Absent
@@ -146,44 +204,60 @@ async fn observe(config: &IgnitionConfig, ctx: &Context) -> Result<Observation, 
     })
 }
 
-async fn reconcile(config: Arc<IgnitionConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(config: Arc<IgnitionConfig>, state: Arc<State>) -> Result<Action, Error> {
     if config.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let observation = observe(&config, &ctx).await?;
+    let ctx = &state.ctx;
+    let config = state.own.fresh(config);
+    let observation = observe(&config, &state).await?;
     let current = config.status.clone().unwrap_or_default();
-    let Plan { write, status } = plan::plan(&config, &observation, &ctx.timestamp());
+    let Plan {
+        write,
+        fingerprint,
+        status,
+    } = plan::plan(&config, &observation, &ctx.timestamp());
+    let found_version = match &observation {
+        Observation::Active {
+            existing: Existing::Ours(found),
+            ..
+        } => found.resource_version(),
+        _ => None,
+    };
     drop(observation);
     let name = config.name_any();
+    let namespace = config.namespace().unwrap_or_default();
     let mut events = Vec::new();
     if let Some(secret) = write {
-        apply_secret(
-            &ctx,
-            &config.namespace().unwrap_or_default(),
-            &name,
-            FIELD_MANAGER,
-            &secret,
-        )
-        .await?;
+        let written = apply_secret(ctx, &namespace, &name, FIELD_MANAGER, &secret).await?;
+        if let (Some(version), Some(print)) = (written.resource_version(), fingerprint) {
+            state.secrets.remember_data(&namespace, &name, version, print);
+        }
         tracing::info!(secret = %name, "data Secret written");
-        if !announces_creation(&current, &status) {
+        if rewrites_ready_data(&current, &status) {
             let message = condition::find(&status.conditions, ConfigCondition::Ready.as_str())
                 .map(|c| c.message.clone())
                 .unwrap_or_default();
             events.push((EventType::Normal, "DataSecretUpdated".to_owned(), message));
         }
+    } else if let (Some(version), Some(print)) = (found_version, fingerprint) {
+        state.secrets.remember_data(&namespace, &name, version, print);
     }
-    write_status(&ctx, config.as_ref(), FIELD_MANAGER, &current, &status, events).await?;
+    if let Some(written) = write_status(ctx, config.as_ref(), FIELD_MANAGER, &current, &status, events).await? {
+        state.own.wrote(&config, written);
+    }
     Ok(Action::await_change())
 }
 
-/// Whether this pass's condition Events already say the data Secret was created (then a
-/// rewrite needs no `DataSecretUpdated` of its own).
-fn announces_creation(before: &IgnitionConfigStatus, after: &IgnitionConfigStatus) -> bool {
-    after != before
-        && condition_events(&before.conditions, &after.conditions)
-            .iter()
-            .any(|(_, reason, _)| ConfigReason::parse(reason) == Some(ConfigReason::DataSecretCreated))
+/// Whether a data Secret write changes data the config was already `Ready` with (then it is
+/// announced as `DataSecretUpdated`; a first write, or one that ends a problem, is announced by
+/// the `Ready` condition, if at all).
+fn rewrites_ready_data(before: &IgnitionConfigStatus, after: &IgnitionConfigStatus) -> bool {
+    let ready = |s: &IgnitionConfigStatus| {
+        condition::find(&s.conditions, ConfigCondition::Ready.as_str())
+            .is_some_and(|c| c.status == condition::Status::True.as_str())
+    };
+    ready(before) && ready(after)
 }
 
 /// The IgnitionConfigs a Secret concerns: those reading it, and the one it is (or would be)
@@ -207,25 +281,30 @@ fn configs_for_cluster(
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
-    let controller = Controller::new(ctx.watched_api::<IgnitionConfig>(), watcher::Config::default());
+    let controller = ctx.controller::<IgnitionConfig>();
     let store = controller.store();
     let by_secret = store.clone();
     let by_cluster = store.clone();
     let capi = ctx.capi;
+    let state = Arc::new(State {
+        ctx: ctx.clone(),
+        secrets: SecretMemory::default(),
+        own: OwnWrites::default(),
+    });
+    let memory = state.clone();
+    let secrets_cache = ctx.caches.secrets.store();
     // Last seen `spec.paused` per Cluster: only a change of it concerns us.
     let pause_seen: Mutex<HashMap<(String, String), bool>> = Mutex::default();
     let controller = controller
-        .watches(
-            ctx.watched_api::<PartialObjectMeta<Secret>>(),
-            watcher::Config::default(),
-            move |secret| {
-                configs_for_secret(
-                    &by_secret,
-                    secret.namespace().as_deref().unwrap_or_default(),
-                    &secret.name_any(),
-                )
-            },
-        )
+        .watches_shared_stream(ctx.caches.secrets.subscribe(), move |secret| {
+            let namespace = secret.namespace().unwrap_or_default();
+            let name = secret.name_any();
+            if secrets_cache.get(&ObjectRef::from_obj(secret.as_ref())).is_none() {
+                // The cache has it before we hear of it, so it is gone.
+                memory.secrets.forget(&namespace, &name);
+            }
+            configs_for_secret(&by_secret, &namespace, &name)
+        })
         .watches_shared_stream_with(
             ctx.caches.clusters.subscribe(),
             move |cluster| {
@@ -245,13 +324,17 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             capi.cluster(),
         )
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    drive_cached(controller, NAME, readiness, reconcile, ctx.clone(), &ctx).await;
+    drive_cached(controller, NAME, readiness, reconcile, state, &ctx).await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{api::ignition_config::Reason, ignition};
+    use crate::{
+        api::ignition_config::{ConfigReason, Reason},
+        ignition,
+        reconcile::condition_events,
+    };
 
     #[test]
     fn events_on_reason_changes_only() {
@@ -269,12 +352,18 @@ mod tests {
         let first = condition_events(&[], &bad(ignition::Reason::InvalidJson).conditions);
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].0, EventType::Warning);
-        assert!(!announces_creation(
-            &bad(ignition::Reason::InvalidJson),
-            &bad(ignition::Reason::TooLarge)
-        ));
         let created = with(ConfigReason::DataSecretCreated.into(), condition::Status::True);
-        assert!(announces_creation(&bad(ignition::Reason::InvalidJson), &created));
-        assert!(!announces_creation(&created, &created), "no change, nothing announced");
+        assert!(
+            condition_events(&[], &created.conditions).is_empty(),
+            "created ready is no news"
+        );
+        let fixed = condition_events(&bad(ignition::Reason::InvalidJson).conditions, &created.conditions);
+        assert_eq!(fixed[0].1, "DataSecretCreated", "the end of a problem is");
+        assert!(
+            !rewrites_ready_data(&IgnitionConfigStatus::default(), &created),
+            "a first write"
+        );
+        assert!(!rewrites_ready_data(&bad(ignition::Reason::InvalidJson), &created));
+        assert!(rewrites_ready_data(&created, &created), "new data while ready");
     }
 }

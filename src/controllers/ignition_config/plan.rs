@@ -185,6 +185,17 @@ pub fn payload(secret: &str, key: &str, source: Option<&Secret>) -> Result<Paylo
     }
 }
 
+/// A digest of the fields the controller sets on a data Secret.
+pub type Fingerprint = [u8; 32];
+
+/// The fingerprint of `desired`, a data Secret as [`data_secret`] builds it. Its serialization
+/// is deterministic (fields in declaration order, maps sorted).
+#[must_use]
+pub fn fingerprint(desired: &Secret) -> Fingerprint {
+    use sha2::Digest;
+    sha2::Sha256::digest(serde_json::to_vec(desired).unwrap_or_default()).into()
+}
+
 /// The Secret with the data Secret's name, as found.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Existing {
@@ -192,6 +203,8 @@ pub enum Existing {
     Absent,
     /// It carries an ownerRef to this IgnitionConfig.
     Ours(Box<Secret>),
+    /// Ours, not read again: unchanged since it was known to hold what the fingerprint says.
+    Unchanged(Fingerprint),
     /// Someone else's: never overwritten.
     Foreign,
 }
@@ -229,6 +242,8 @@ pub enum Observation {
 pub struct Plan {
     /// The data Secret to apply, when it must change.
     pub write: Option<Secret>,
+    /// The fingerprint of the data Secret as it must be (written now, or found so).
+    pub fingerprint: Option<Fingerprint>,
     /// The status (written only when it differs from the current one).
     pub status: IgnitionConfigStatus,
 }
@@ -293,6 +308,26 @@ fn latched(current: &IgnitionConfigStatus) -> bool {
             .unwrap_or(false)
 }
 
+/// Paused: only the `Paused` condition changes.
+fn paused(current: IgnitionConfigStatus, generation: Option<i64>, now: &Time) -> Plan {
+    let paused = DesiredCondition::new(
+        ConfigCondition::Paused,
+        Status::True,
+        ConfigReason::Paused,
+        crate::reconcile::owner::PAUSED_MESSAGE,
+    );
+    let status = IgnitionConfigStatus {
+        conditions: condition::merge(&current.conditions, &paused, now, generation),
+        observed_generation: generation,
+        ..current
+    };
+    Plan {
+        write: None,
+        fingerprint: None,
+        status,
+    }
+}
+
 /// Decide the data Secret write and the status. Pure.
 #[must_use]
 pub fn plan(config: &IgnitionConfig, observation: &Observation, now: &Time) -> Plan {
@@ -304,30 +339,23 @@ pub fn plan(config: &IgnitionConfig, observation: &Observation, now: &Time) -> P
         cluster_name,
     } = observation
     else {
-        let paused = DesiredCondition::new(
-            ConfigCondition::Paused,
-            Status::True,
-            ConfigReason::Paused,
-            crate::reconcile::owner::PAUSED_MESSAGE,
-        );
-        let status = IgnitionConfigStatus {
-            conditions: condition::merge(&current.conditions, &paused, now, generation),
-            observed_generation: generation,
-            ..current
-        };
-        return Plan { write: None, status };
+        return paused(current, generation, now);
     };
     let not_paused = DesiredCondition::new(ConfigCondition::Paused, Status::False, ConfigReason::NotPaused, "");
     let name = config.name_any();
     let outcome = source.as_ref().map_err(Clone::clone).and_then(|p| match existing {
         Existing::Foreign => Err(Problem::Conflict { name: name.clone() }),
-        Existing::Absent | Existing::Ours(_) => Ok(p),
+        Existing::Absent | Existing::Ours(_) | Existing::Unchanged(_) => Ok(p),
     });
+    let mut wanted = None;
     let (write, ready_condition, ready_now) = match outcome {
         Ok(p) => {
             let desired = data_secret(config, p, cluster_name.as_deref());
+            let print = fingerprint(&desired);
+            wanted = Some(print);
             let write = match existing {
                 Existing::Ours(s) if !differs(s, &desired) => None,
+                Existing::Unchanged(held) if *held == print => None,
                 _ => Some(desired),
             };
             let origin = if p.from_butane { ", translated from Butane" } else { "" };
@@ -364,7 +392,11 @@ pub fn plan(config: &IgnitionConfig, observation: &Observation, now: &Time) -> P
         conditions: condition::merge_all(&current.conditions, &[not_paused, ready_condition], now, generation),
         observed_generation: generation,
     };
-    Plan { write, status }
+    Plan {
+        write,
+        fingerprint: wanted,
+        status,
+    }
 }
 
 #[cfg(test)]

@@ -18,11 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     Resource, ResourceExt,
     api::{Api, DynamicObject, ListParams},
-    runtime::{
-        controller::{Action, Controller},
-        reflector::ObjectRef,
-        watcher,
-    },
+    runtime::{controller::Action, reflector::ObjectRef},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -227,7 +223,7 @@ async fn reconcile(obj: Arc<LibvirtCluster>, ctx: Arc<Context>) -> Result<Action
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
     let capi = ctx.capi;
-    let controller = Controller::new(ctx.watched_api::<LibvirtCluster>(), watcher::Config::default());
+    let controller = ctx.controller::<LibvirtCluster>();
     let clusters = controller.store();
     let controller = controller
         .watches_shared_stream_with(

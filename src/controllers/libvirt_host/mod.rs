@@ -35,16 +35,13 @@ pub mod reclaim;
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::{
-    api::core::v1::{ObjectReference, Secret},
-    apimachinery::pkg::apis::meta::v1::Time,
-};
+use k8s_openapi::{api::core::v1::ObjectReference, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, DynamicObject, PartialObjectMeta},
+    api::{DeleteParams, DynamicObject},
     runtime::{
         WatchStreamExt,
-        controller::{Action, Controller},
+        controller::Action,
         events::{Event, EventType},
         reflector::{self, ObjectRef, Store},
         watcher,
@@ -542,8 +539,7 @@ fn hosts_for_secret(store: &Store<LibvirtHost>, namespace: &str, name: &str) -> 
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdown: CancellationToken) {
-    let secrets = ctx.watched_api::<PartialObjectMeta<Secret>>();
-    let controller = Controller::new(ctx.watched_api::<LibvirtHost>(), watcher::Config::default());
+    let controller = ctx.controller::<LibvirtHost>();
     let store = controller.store();
     let by_secret = store.clone();
     // A cache of the machines, for the reclaim policy; its stream also triggers the hosts.
@@ -555,7 +551,7 @@ pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdo
     )
     .touched_objects();
     let controller = controller
-        .watches(secrets, watcher::Config::default(), move |secret| {
+        .watches_shared_stream(ctx.caches.secrets.subscribe(), move |secret| {
             hosts_for_secret(
                 &by_secret,
                 secret.namespace().as_deref().unwrap_or_default(),

@@ -74,10 +74,11 @@ async fn claim(machine: &LibvirtMachine, state: &State, provider_id: &str) -> Re
         },
         "spec": {"providerID": provider_id},
     });
-    api(&state.ctx, machine)
+    let claimed = api(&state.ctx, machine)
         .patch(&machine.name_any(), &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map_err(crate::reconcile::ApiError::write("finalizer and providerID"))?;
+    state.own.wrote(machine, claimed);
     Ok(())
 }
 

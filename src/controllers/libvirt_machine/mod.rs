@@ -70,6 +70,7 @@ use crate::{
         ApiError, Context, drive_cached,
         host_connections::{HostConnections, SecretReadError},
         in_namespace,
+        own_writes::OwnWrites,
         placement::Placement,
         refs_where, write_status,
     },
@@ -138,6 +139,8 @@ pub struct Shared {
 struct State {
     ctx: Arc<Context>,
     shared: Shared,
+    /// Our writes the watch has not brought back yet.
+    own: OwnWrites<LibvirtMachine>,
 }
 
 fn api(ctx: &Context, machine: &LibvirtMachine) -> Api<LibvirtMachine> {
@@ -146,6 +149,7 @@ fn api(ctx: &Context, machine: &LibvirtMachine) -> Api<LibvirtMachine> {
 
 /// Observe, decide, act; then write the status and publish the Events.
 async fn reconcile(machine: Arc<LibvirtMachine>, state: Arc<State>) -> Result<Action, Error> {
+    let machine = state.own.fresh(machine);
     let outcome = if machine.metadata.deletion_timestamp.is_some() {
         match deletion::delete(&machine, &state).await? {
             Some(outcome) => outcome,
@@ -175,7 +179,9 @@ async fn publish(machine: &LibvirtMachine, state: &State, mut outcome: Outcome) 
         .into_iter()
         .map(|(t, r, n)| (t, r.to_owned(), n))
         .collect();
-    write_status(&state.ctx, machine, FIELD_MANAGER, &before, &outcome.status, events).await?;
+    if let Some(written) = write_status(&state.ctx, machine, FIELD_MANAGER, &before, &outcome.status, events).await? {
+        state.own.wrote(machine, written);
+    }
     Ok(outcome.action)
 }
 
@@ -235,6 +241,7 @@ pub async fn run(
     let state = Arc::new(State {
         ctx: ctx.clone(),
         shared,
+        own: OwnWrites::default(),
     });
     drive_cached(controller, NAME, readiness, reconcile, state, &ctx).await;
 }

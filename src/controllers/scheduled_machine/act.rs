@@ -48,22 +48,24 @@ async fn create_or_adopt(api: &Api<DynamicObject>, body: Value, owner: &str) -> 
     }
 }
 
-/// Create whatever of bootstrap config, infrastructure object and Machine is missing, in that order,
-/// so the Machine never points at something that does not exist.
+/// Create whatever of bootstrap config, infrastructure object and Machine is missing. The first
+/// two go together (neither refers to the other); the Machine goes last, so it never points at
+/// something that does not exist.
 pub async fn create(sm: &ScheduledMachine, ctx: &Context) -> Result<(), Error> {
     let name = sm.name_any();
     let namespace = sm.namespace().unwrap_or_default();
     let refs = objects::references(&name, &sm.spec, ctx.capi);
-    if let (Some(body), Some(r)) = (objects::bootstrap(&name, &namespace, &sm.spec), &refs.bootstrap) {
-        create_or_adopt(&api_for(ctx, &namespace, r).await?, body, &name).await?;
-    }
-    let infrastructure = objects::infrastructure(&name, &namespace, &sm.spec);
-    create_or_adopt(
-        &api_for(ctx, &namespace, &refs.infrastructure).await?,
-        infrastructure,
-        &name,
-    )
-    .await?;
+    let bootstrap = async {
+        if let (Some(body), Some(r)) = (objects::bootstrap(&name, &namespace, &sm.spec), &refs.bootstrap) {
+            create_or_adopt(&api_for(ctx, &namespace, r).await?, body, &name).await?;
+        }
+        Ok(())
+    };
+    let infrastructure = async {
+        let body = objects::infrastructure(&name, &namespace, &sm.spec);
+        create_or_adopt(&api_for(ctx, &namespace, &refs.infrastructure).await?, body, &name).await
+    };
+    futures::try_join!(bootstrap, infrastructure)?;
     let drain_timeout = parse_duration("spec.nodeDrainTimeout", &sm.spec.node_drain_timeout)?;
     let machine = objects::machine(&name, &namespace, &sm.spec, drain_timeout, ctx.capi);
     let machines: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.machine());

@@ -29,7 +29,7 @@ use kube::{
     Api, Resource, ResourceExt,
     api::DynamicObject,
     runtime::{
-        controller::{Action as Requeue, Controller},
+        controller::Action as Requeue,
         events::EventType,
         reflector::{ObjectRef, Store},
         watcher,
@@ -211,11 +211,20 @@ async fn reconcile_inner(sm: &ScheduledMachine, state: &State) -> Result<Requeue
         state.expectations.forget_absence(&uid);
         return Err(err);
     }
-    match decision.action {
-        Action::Create => state.expectations.created(&uid, std::time::Instant::now()),
-        Action::DeleteMachine { .. } => state.expectations.settled(&uid),
-        _ => {}
-    }
+    let decision = match decision.action {
+        Action::Create => {
+            state.expectations.created(&uid, std::time::Instant::now());
+            // The status says what is true now that the objects exist: one write for the
+            // opening (Active), not one before the Machine cache catches up and one after.
+            // Deciding from the create's own status keeps what it recorded (the window).
+            decide(&decision.status, &seen.as_created())
+        }
+        Action::DeleteMachine { .. } => {
+            state.expectations.settled(&uid);
+            decision
+        }
+        _ => decision,
+    };
 
     if decision.status != current {
         if !deleting || !decision.release_finalizer {
@@ -358,7 +367,8 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
 
     let by_node = machines.clone();
     let capi = ctx.capi;
-    let mut controller = Controller::new(ctx.watched_api::<ScheduledMachine>(), watcher::Config::default())
+    let mut controller = ctx
+        .controller::<ScheduledMachine>()
         .watches_shared_stream_with(
             machine_events,
             |machine| {

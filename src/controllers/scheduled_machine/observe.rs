@@ -338,3 +338,17 @@ fn must_evict(pod: &Pod) -> bool {
         .is_some_and(|p| p == "Succeeded" || p == "Failed");
     !(daemonset || mirror || finished)
 }
+
+impl Observed {
+    /// What is observed once a create has succeeded: the Machine as it was created, and the
+    /// objects it refers to.
+    #[must_use]
+    pub fn as_created(&self) -> Self {
+        Self {
+            machine: Some(MachineSeen::default()),
+            bootstrap_exists: self.refs.bootstrap.is_some(),
+            infrastructure_exists: true,
+            ..self.clone()
+        }
+    }
+}

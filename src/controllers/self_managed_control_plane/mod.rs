@@ -48,9 +48,9 @@ use k8s_openapi::{
 };
 use kube::{
     Resource, ResourceExt,
-    api::{Api, PartialObjectMeta, PostParams},
+    api::{Api, PostParams},
     runtime::{
-        controller::{Action, Controller},
+        controller::Action,
         events::EventType,
         reflector::{ObjectRef, Store},
         watcher,
@@ -294,10 +294,13 @@ async fn reconcile(obj: Arc<SelfManagedControlPlane>, ctx: Arc<Context>) -> Resu
     let current = obj.status.clone().unwrap_or_default();
     let status = plan::status(&current, obj.metadata.generation, &outcome, &Time(to_timestamp(now)));
     let mut events = Vec::new();
-    // A renewal is worth an Event of its own only when no condition change announces it.
+    // A renewal is worth an Event of its own only when no condition change announces it; the
+    // first token is no renewal.
     let quiet = status == current || condition_events(&current.conditions, &status.conditions).is_empty();
+    let renewal = crate::api::condition::find(&current.conditions, crate::api::condition::READY).is_some();
     if minted
         && quiet
+        && renewal
         && let Outcome::Maintained { secret, access, lease } = &outcome
     {
         events.push((
@@ -349,7 +352,7 @@ fn cluster_of_infra(infra: &LibvirtCluster) -> Option<String> {
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
-    let controller = Controller::new(ctx.watched_api::<SelfManagedControlPlane>(), watcher::Config::default());
+    let controller = ctx.controller::<SelfManagedControlPlane>();
     let store = controller.store();
     let by_secret = store.clone();
     let by_cluster = store.clone();
@@ -358,18 +361,17 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     // Last seen (paused, endpoint) per Cluster: only a change of them concerns us.
     let seen: Mutex<HashMap<(String, String), ClusterInputs>> = Mutex::default();
     let controller = controller
-        .watches(
-            ctx.watched_api::<PartialObjectMeta<Secret>>(),
-            watcher::Config::default().labels(CLUSTER_NAME_LABEL),
-            move |secret| {
-                let namespace = secret.namespace().unwrap_or_default();
-                secret
-                    .name_any()
-                    .strip_suffix("-kubeconfig")
-                    .map(|cluster| for_cluster(&by_secret, &namespace, cluster))
-                    .unwrap_or_default()
-            },
-        )
+        .watches_shared_stream(ctx.caches.secrets.subscribe(), move |secret| {
+            if !secret.labels().contains_key(CLUSTER_NAME_LABEL) {
+                return Vec::new();
+            }
+            let namespace = secret.namespace().unwrap_or_default();
+            secret
+                .name_any()
+                .strip_suffix("-kubeconfig")
+                .map(|cluster| for_cluster(&by_secret, &namespace, cluster))
+                .unwrap_or_default()
+        })
         .watches_shared_stream_with(
             ctx.caches.clusters.subscribe(),
             move |cluster| {

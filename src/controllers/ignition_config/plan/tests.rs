@@ -178,6 +178,41 @@ fn an_identical_secret_is_not_rewritten_and_the_status_is_stable() {
 }
 
 #[test]
+fn a_secret_known_unchanged_is_rewritten_only_when_the_wanted_one_changes() {
+    let p = payload("src", "value", Some(&source(&[("value", &ignition_with_key())]))).unwrap();
+    let mut c = config();
+    let first = plan(
+        &c,
+        &active(Ok(p.clone()), Existing::Absent),
+        &time("2026-01-01T00:00:00Z"),
+    );
+    let written = first.fingerprint.expect("a payload has a fingerprint");
+    assert_eq!(Some(written), first.write.as_ref().map(fingerprint));
+    c.status = Some(first.status.clone());
+    let same = plan(
+        &c,
+        &active(Ok(p.clone()), Existing::Unchanged(written)),
+        &time("2026-01-01T00:01:00Z"),
+    );
+    assert_eq!((same.write, same.fingerprint), (None, Some(written)));
+    assert_eq!(same.status, first.status);
+
+    // Adopted into another cluster: the label we set changes, so the Secret is rewritten.
+    let relabelled = plan(
+        &c,
+        &Observation::Active {
+            source: Ok(p),
+            existing: Existing::Unchanged(written),
+            cluster_name: Some("other".to_owned()),
+        },
+        &time("2026-01-01T00:02:00Z"),
+    );
+    let rewrite = relabelled.write.expect("rewritten");
+    assert_eq!(rewrite.labels()[CLUSTER_NAME_LABEL], "other");
+    assert_ne!(relabelled.fingerprint, Some(written));
+}
+
+#[test]
 fn an_edited_or_relabelled_secret_is_restored() {
     let p = payload("src", "value", Some(&source(&[("value", &ignition_with_key())]))).unwrap();
     let desired = data_secret(&config(), &p, Some("spot"));

@@ -95,6 +95,24 @@ fn window_open_without_machine_creates_and_requeues_at_the_close() {
 }
 
 #[test]
+fn once_created_the_window_is_active_with_every_reference() {
+    let seen = observed(true);
+    let create = decide(&ScheduledMachineStatus::default(), &seen);
+    assert_eq!(create.action, Action::Create);
+    let d = decide(&create.status, &seen.as_created());
+    assert_eq!((d.action, d.status.phase), (Action::None, Some(Phase::Active)));
+    assert!(d.status.window.is_some(), "the window recorded by the create is kept");
+    assert_eq!(d.status.window, create.status.window);
+    assert!(d.status.machine_ref.is_some() && d.status.infrastructure_ref.is_some());
+    assert_eq!(d.status.bootstrap_ref.is_some(), seen.refs.bootstrap.is_some());
+    assert_eq!(
+        d.requeue,
+        Some(Duration::from_secs(3600)),
+        "still looks again at the close"
+    );
+}
+
+#[test]
 fn running_machine_is_active_and_ready() {
     let d = decide(
         &ScheduledMachineStatus::default(),
