@@ -20,7 +20,7 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// Events kept for watch resumption before older resourceVersions get 410.
     pub event_log_capacity: usize,
-    /// Events buffered per watcher before it is dropped with 410.
+    /// Events of its own kind buffered per watcher before it is dropped with 410.
     pub watch_buffer: usize,
 }
 

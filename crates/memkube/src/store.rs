@@ -4,7 +4,7 @@
 use crate::index::OwnerIndex;
 use crate::meta;
 use serde_json::Value;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::broadcast;
 
@@ -57,7 +57,12 @@ pub struct Store {
     log_cap: usize,
     /// Events with rv greater than this are all in `log`.
     compacted_to: u64,
+    /// Every live event, for [`Store::subscribe`].
     tx: broadcast::Sender<Arc<Event>>,
+    /// Live events per key, for watches: as with the genuine API server's per-resource watch
+    /// caches, a watcher falls behind only by its own kind's events, never by a burst of another.
+    kinds: HashMap<String, broadcast::Sender<Arc<Event>>>,
+    chan_cap: usize,
     /// Ownership index for the garbage collector.
     pub index: OwnerIndex,
 }
@@ -65,7 +70,8 @@ pub struct Store {
 impl Store {
     /// Empty store; `log_cap` events are kept for replay, `chan_cap` buffered per watcher.
     pub fn new(log_cap: usize, chan_cap: usize) -> Self {
-        let (tx, _) = broadcast::channel(chan_cap.max(16));
+        let chan_cap = chan_cap.max(16);
+        let (tx, _) = broadcast::channel(chan_cap);
         Store {
             rv: 1,
             objects: BTreeMap::new(),
@@ -73,6 +79,8 @@ impl Store {
             log_cap: log_cap.max(1),
             compacted_to: 1,
             tx,
+            kinds: HashMap::new(),
+            chan_cap,
             index: OwnerIndex::default(),
         }
     }
@@ -166,6 +174,9 @@ impl Store {
                 self.compacted_to = old.rv;
             }
         }
+        if let Some(kind) = self.kinds.get(&e.key) {
+            let _ = kind.send(e.clone());
+        }
         let _ = self.tx.send(e);
     }
 
@@ -186,6 +197,15 @@ impl Store {
     /// Subscribe to live events (call under the lock to avoid gaps).
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.tx.subscribe()
+    }
+
+    /// Subscribe to live events of `key` only (call under the lock to avoid gaps).
+    pub fn subscribe_key(&mut self, key: &str) -> broadcast::Receiver<Arc<Event>> {
+        let cap = self.chan_cap;
+        self.kinds
+            .entry(key.to_owned())
+            .or_insert_with(|| broadcast::channel(cap).0)
+            .subscribe()
     }
 
     /// Remove all objects of a key (CRD deletion), emitting DELETED for each.

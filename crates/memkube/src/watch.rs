@@ -121,7 +121,7 @@ pub fn start(
     let rv_param = p.resource_version.as_str();
     let mut first: Vec<Bytes> = vec![];
     let (rx, start_rv, expired) = {
-        let st = shared.lock();
+        let mut st = shared.lock();
         let key = filter.info.store_key();
         let start_rv = st.store.rv();
         let mut expired = false;
@@ -155,7 +155,7 @@ pub fn start(
                 }
             }
         }
-        (st.store.subscribe(), start_rv, expired)
+        (st.store.subscribe_key(&key), start_rv, expired)
     };
     let (tx, out) = mpsc::channel::<Bytes>(256);
     let mut cut = shared.cut_rx();

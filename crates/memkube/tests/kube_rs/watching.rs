@@ -243,6 +243,43 @@ async fn watch_timeout_ends_the_stream() {
     assert!(started.elapsed() >= Duration::from_millis(900));
 }
 
+/// A watcher falls behind only by its own kind's events: a burst of another kind, larger than
+/// the buffer, leaves it connected (as the genuine API server's per-resource watch caches do).
+#[tokio::test]
+async fn a_burst_of_another_kind_does_not_cut_a_watch() {
+    let server = Server::with_config(memkube::Config {
+        watch_buffer: 16,
+        ..Default::default()
+    });
+    server.install_crds(&[Widget::crd()]).unwrap();
+    let widgets: Api<Widget> = Api::default_namespaced(server.client());
+    let mut s = widgets
+        .watch(&WatchParams::default().disable_bookmarks(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    // Nobody reads the Widget watch while many ConfigMaps change.
+    for i in 0..600 {
+        server
+            .put_object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("c{i}"), "namespace": "default"}}))
+            .unwrap();
+    }
+    server
+        .put_object(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "after", "namespace": "default"}, "spec": {"size": 1}}))
+        .unwrap();
+    let first = tokio::time::timeout(DEADLINE, s.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match first {
+        WatchEvent::Added(w) => assert_eq!(w.metadata.name.as_deref(), Some("after")),
+        other => panic!("the Widget watch should carry on, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn lagging_watcher_gets_410() {
     let server = Server::with_config(memkube::Config {
