@@ -66,7 +66,8 @@
 //! - List: label/field selectors (field selectors checked per kind, with the apiserver's two
 //!   wordings; Events not checked), limit/continue (limit ignored with `resourceVersion=0`, as
 //!   the watch cache does), `resourceVersionMatch` validation. Watch: replay from a resourceVersion, 410
-//!   after compaction or when a watcher lags, bookmarks, `sendInitialEvents` streaming lists,
+//!   after compaction or when a watcher lags behind its own kind's events (one channel per kind,
+//!   as the per-resource watch caches), bookmarks, `sendInitialEvents` streaming lists,
 //!   selector transitions (ADDED/DELETED), timeouts, DELETED with the final object.
 //! - Table output, also on watches (`kubectl get -w`): CRDs show Name plus their declared
 //!   printer columns (Name and Age when they declare none, as the apiextensions server does;
