@@ -93,9 +93,28 @@ impl Seen {
     }
 }
 
-fn probe(client: &kube::Client) -> tokio::sync::watch::Receiver<Seen> {
+/// Call `seen` with every object `api` lists or watches, from a task of its own.
+fn on_each<K>(api: Api<K>, mut seen: impl FnMut(K) + Send + 'static)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, watcher};
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(obj) = stream.next().await {
+            // The watcher retries on its own after an error.
+            if let Ok(obj) = obj {
+                seen(obj);
+            }
+        }
+    });
+}
+
+fn probe(client: &kube::Client) -> tokio::sync::watch::Receiver<Seen> {
     let (tx, rx) = tokio::sync::watch::channel(Seen::default());
     let tx = std::sync::Arc::new(tx);
     let machines: Api<kube::api::DynamicObject> = Api::namespaced_with(
@@ -108,36 +127,22 @@ fn probe(client: &kube::Client) -> tokio::sync::watch::Receiver<Seen> {
         )),
     );
     let names = tx.clone();
-    tokio::spawn(async move {
-        let mut seen = std::collections::HashSet::new();
-        let stream = watcher(machines, watcher::Config::default())
-            .default_backoff()
-            .applied_objects();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(m) = stream.next().await {
-            let Ok(m) = m else { continue };
-            if seen.insert(m.metadata.name.unwrap_or_default()) {
-                names.send_modify(|s| s.machines = seen.len());
-            }
+    let mut seen = std::collections::HashSet::new();
+    on_each(machines, move |m| {
+        if seen.insert(m.metadata.name.unwrap_or_default()) {
+            names.send_modify(|s| s.machines = seen.len());
         }
     });
     let sms: Api<caplv::api::ScheduledMachine> = Api::namespaced(client.clone(), "default");
-    tokio::spawn(async move {
-        let stream = watcher(sms, watcher::Config::default())
-            .default_backoff()
-            .applied_objects();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(sm) = stream.next().await {
-            let Ok(sm) = sm else { continue };
-            let phase = sm
-                .status
-                .and_then(|s| s.phase)
-                .map(|p| format!("{p:?}"))
-                .unwrap_or_default();
-            tx.send_modify(|s| {
-                s.phases.insert(sm.metadata.name.unwrap_or_default(), phase);
-            });
-        }
+    on_each(sms, move |sm| {
+        let phase = sm
+            .status
+            .and_then(|s| s.phase)
+            .map(|p| format!("{p:?}"))
+            .unwrap_or_default();
+        tx.send_modify(|s| {
+            s.phases.insert(sm.metadata.name.unwrap_or_default(), phase);
+        });
     });
     rx
 }

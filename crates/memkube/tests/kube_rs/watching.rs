@@ -247,17 +247,7 @@ async fn watch_timeout_ends_the_stream() {
 /// the buffer, leaves it connected (as the genuine API server's per-resource watch caches do).
 #[tokio::test]
 async fn a_burst_of_another_kind_does_not_cut_a_watch() {
-    let server = Server::with_config(memkube::Config {
-        watch_buffer: 16,
-        ..Default::default()
-    });
-    server.install_crds(&[Widget::crd()]).unwrap();
-    let widgets: Api<Widget> = Api::default_namespaced(server.client());
-    let mut s = widgets
-        .watch(&WatchParams::default().disable_bookmarks(), "0")
-        .await
-        .unwrap()
-        .boxed();
+    let (server, mut s) = widget_watch_with_a_small_buffer().await;
     // Nobody reads the Widget watch while many ConfigMaps change.
     for i in 0..600 {
         server
@@ -280,19 +270,28 @@ async fn a_burst_of_another_kind_does_not_cut_a_watch() {
     }
 }
 
-#[tokio::test]
-async fn lagging_watcher_gets_410() {
+/// A server whose watchers buffer 16 events, and a Widget watch on it that nobody reads yet.
+async fn widget_watch_with_a_small_buffer() -> (
+    Server,
+    futures::stream::BoxStream<'static, kube::Result<WatchEvent<Widget>>>,
+) {
     let server = Server::with_config(memkube::Config {
         watch_buffer: 16,
         ..Default::default()
     });
     server.install_crds(&[Widget::crd()]).unwrap();
     let api: Api<Widget> = Api::default_namespaced(server.client());
-    let mut s = api
+    let s = api
         .watch(&WatchParams::default().disable_bookmarks(), "0")
         .await
         .unwrap()
         .boxed();
+    (server, s)
+}
+
+#[tokio::test]
+async fn lagging_watcher_gets_410() {
+    let (server, mut s) = widget_watch_with_a_small_buffer().await;
     // nobody reads the stream while many events happen
     for i in 0..600 {
         server

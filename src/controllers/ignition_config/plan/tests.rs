@@ -152,15 +152,21 @@ fn first_success_writes_the_contract_secret_and_latches() {
     assert!(message.contains("3.4.0") && !message.contains(KEY), "{message}");
 }
 
-#[test]
-fn an_identical_secret_is_not_rewritten_and_the_status_is_stable() {
+/// The valid payload and the plan of a config's first pass, with no data Secret yet.
+fn first_write() -> (Payload, Plan) {
     let p = payload("src", "value", Some(&source(&[("value", &ignition_with_key())]))).unwrap();
-    let mut c = config();
     let first = plan(
-        &c,
+        &config(),
         &active(Ok(p.clone()), Existing::Absent),
         &time("2026-01-01T00:00:00Z"),
     );
+    (p, first)
+}
+
+#[test]
+fn an_identical_secret_is_not_rewritten_and_the_status_is_stable() {
+    let (p, first) = first_write();
+    let mut c = config();
     let mut stored = first.write.clone().unwrap();
     stored
         .data
@@ -179,13 +185,8 @@ fn an_identical_secret_is_not_rewritten_and_the_status_is_stable() {
 
 #[test]
 fn a_secret_known_unchanged_is_rewritten_only_when_the_wanted_one_changes() {
-    let p = payload("src", "value", Some(&source(&[("value", &ignition_with_key())]))).unwrap();
+    let (p, first) = first_write();
     let mut c = config();
-    let first = plan(
-        &c,
-        &active(Ok(p.clone()), Existing::Absent),
-        &time("2026-01-01T00:00:00Z"),
-    );
     let written = first.fingerprint.expect("a payload has a fingerprint");
     assert_eq!(Some(written), first.write.as_ref().map(fingerprint));
     c.status = Some(first.status.clone());
