@@ -79,6 +79,18 @@ impl std::fmt::Display for Rss {
     }
 }
 
+/// CPU seconds process `pid` has used so far, all its threads, user and system
+/// (`/proc/PID/stat` counts in USER_HZ ticks, 100 per second on Linux).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("proc stat");
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks = |i: usize| fields[i].parse::<u64>().expect("tick count");
+    // utime and stime are fields 14 and 15, so 11 and 12 after the state field at 3.
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
 /// What the bench waits on, kept current by two watches, so waiting costs the server nothing
 /// beyond the events it sends anyway (listing 1000 objects every 100 ms would).
 #[derive(Clone, Default)]
@@ -306,6 +318,23 @@ async fn one_family_rss() -> (Rss, Rss) {
     (sample[0], sample[1])
 }
 
+/// The manager of the 1000-window opening: `BENCH_MANAGER` (`scripts/bench-fivespot.sh` builds
+/// the image's binary), else this build's; run under `BENCH_MANAGER_WRAPPER` when that is set (a
+/// profiler such as `heaptrack`; the memory figures are then the wrapper's).
+fn manager_command() -> Command {
+    let binary = std::env::var("BENCH_MANAGER").unwrap_or_else(|_| env!("CARGO_BIN_EXE_caplv-manager").to_owned());
+    println!("the manager: {binary}");
+    match std::env::var("BENCH_MANAGER_WRAPPER") {
+        Ok(wrapper) if !wrapper.trim().is_empty() => {
+            let mut words = wrapper.split_whitespace();
+            let mut command = Command::new(words.next().unwrap_or_default());
+            command.args(words).arg(&binary);
+            command
+        }
+        _ => Command::new(binary),
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let (one, hundred) = one_family_rss().await;
@@ -346,7 +375,7 @@ async fn main() {
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_caplv-manager"))
+    let mut child = manager_command()
         .env("KUBECONFIG", &kubeconfig)
         .args(["--metrics-addr", &metrics_addr.to_string(), "--log-filter", "warn"])
         .stdout(Stdio::null())
@@ -389,9 +418,11 @@ async fn main() {
     );
     let idle_rss = Rss::of(child.id());
 
+    println!("the windows open at {edge}");
     let until_edge = (edge - Utc::now()).to_std().expect("edge still ahead");
     tokio::time::sleep(until_edge.saturating_sub(Duration::from_secs(3))).await;
     server.reset_counts();
+    let cpu_before = (cpu_seconds(child.id()), cpu_seconds(std::process::id()));
     tokio::time::sleep((edge - Utc::now()).to_std().unwrap_or_default()).await;
     let all_machines = wait("all Machines", Duration::from_secs(120), &mut seen, |s| {
         s.machines == COUNT
@@ -402,6 +433,12 @@ async fn main() {
     })
     .await;
     let settled = settle(&server, Duration::from_secs(120)).await;
+    let manager_cpu = cpu_seconds(child.id()) - cpu_before.0;
+    println!(
+        "CPU for the opening, until quiet: the manager {manager_cpu:.1} s; this process (memkube, the CAPI \
+         simulator, the probes) {:.1} s",
+        cpu_seconds(std::process::id()) - cpu_before.1
+    );
     println!(
         "window edge -> all {COUNT} Machines exist: {:.2}s; -> all Active: {:.2}s (after the Machines); \
          the manager quiet again {:.1}s later",
@@ -462,6 +499,7 @@ async fn main() {
             "rss_active_mib": round(active_rss.mib()),
             "rss_inactive_mib": round(idle_rss.mib()),
             "idle_requests_per_10s": quiet_total,
+            "manager_cpu_s": round(manager_cpu),
             "rss_fivespot_only_1_mib": round(one.mib()),
             "rss_fivespot_only_100_mib": round(hundred.mib()),
         })

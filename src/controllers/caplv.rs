@@ -12,8 +12,8 @@ use super::{
     csr_approver, libvirt_cluster, libvirt_host, libvirt_machine, libvirt_machine_template, node_link,
     self_managed_control_plane,
 };
+use crate::app::health::Readiness;
 use crate::reconcile::{Context, placement::Placement};
-use crate::{api::libvirt_machine::LibvirtMachine, app::health::Readiness};
 
 /// The family's controllers, by their names in readiness and metrics.
 pub const CONTROLLERS: &[&str] = &[
@@ -30,7 +30,7 @@ pub const CONTROLLERS: &[&str] = &[
 pub fn spawn(ctx: &Arc<Context>, readiness: &Readiness, shutdown: &CancellationToken) -> Vec<JoinHandle<()>> {
     let hosts = ctx.hosts.clone();
     // The machine controller's cache is also what the host controller sums allocations from.
-    let machines = ctx.controller::<LibvirtMachine>();
+    let machines = Context::shared_controller(&ctx.caches.libvirt_machines);
     let machine_cache = machines.store();
     let placement = Arc::new(Placement::new(machine_cache.clone()));
     let host_deps = libvirt_host::Shared {

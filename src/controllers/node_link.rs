@@ -145,7 +145,7 @@ fn machines_for_node(store: &Store<LibvirtMachine>, node: &str) -> Vec<ObjectRef
 
 /// Run the controller until `shutdown` is cancelled.
 pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: CancellationToken) {
-    let controller = ctx.controller::<LibvirtMachine>();
+    let controller = Context::shared_controller(&ctx.caches.libvirt_machines);
     let store = controller.store();
     let by_node = store.clone();
     let nodes: Api<PartialObjectMeta<Node>> = Api::all(ctx.client.clone());

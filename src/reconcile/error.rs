@@ -53,6 +53,12 @@ impl ApiError {
         }
     }
 
+    /// Whether a create found the object already there (HTTP 409, `AlreadyExists`).
+    #[must_use]
+    pub fn already_exists(&self) -> bool {
+        matches!(self, Self::Write { source: kube::Error::Api(e), .. } if e.code == 409 && e.reason == "AlreadyExists")
+    }
+
     /// Whether a write lost an optimistic-concurrency race (HTTP 409).
     #[must_use]
     pub fn is_conflict(&self) -> bool {

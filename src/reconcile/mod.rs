@@ -213,6 +213,15 @@ impl Context {
         .applied_objects();
         Controller::for_stream(changes, store)
     }
+
+    /// A controller of a kind whose store is one of the [`SharedCaches`]: several controllers
+    /// of one kind then hold each object once.
+    pub fn shared_controller<K>(cache: &SharedCache<K>) -> Controller<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    {
+        Controller::for_shared_stream(cache.subscribe(), cache.store())
+    }
 }
 
 /// An `Api` for `resource` in `namespace`, or in all namespaces.
@@ -231,6 +240,9 @@ pub struct SharedCaches {
     pub machines: SharedCache<DynamicObject>,
     /// Every LibvirtHost in the watched namespaces (watched only where LibvirtHosts are served).
     pub libvirt_hosts: SharedCache<crate::api::LibvirtHost>,
+    /// Every LibvirtMachine in the watched namespaces: the machine controller's own store, also
+    /// read by the host controller (allocations, reclaim) and the Node linker.
+    pub libvirt_machines: SharedCache<crate::api::LibvirtMachine>,
     /// The metadata of every Secret in the watched namespaces (metadata-only requests): what
     /// Secrets exist, whom they belong to and their `resourceVersion`, never their contents.
     pub secrets: SharedCache<kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>>,
@@ -255,6 +267,7 @@ impl SharedCaches {
             clusters: cache(capi.cluster()),
             machines: cache(capi.machine()),
             libvirt_hosts: SharedCache::new(scoped(client, namespace), ()),
+            libvirt_machines: SharedCache::new(scoped(client, namespace), ()),
             secrets: SharedCache::new(scoped(client, namespace), ()),
         }
     }

@@ -507,6 +507,50 @@ async fn windows_opening_together_create_each_object_once() {
     env.stop().await;
 }
 
+/// Windows opening together on a host that is down: each LibvirtMachine reports its wait once,
+/// not once for its owner, once for its bootstrap data and once for its host.
+#[tokio::test]
+async fn machines_opening_together_on_a_host_that_is_down_write_their_status_once() {
+    const COUNT: usize = 20;
+    let env = Env::start().await;
+    let _endpoint = cluster(&env, "v1beta1").await;
+    let down = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "LibvirtHost",
+        "metadata": {"name": "down", "namespace": "default"},
+        "spec": {"uri": "test:///nonexistent/node.xml"}});
+    crate::support::apply_yaml(&env.client, &down.to_string()).await;
+    env.clock.set(at("2026-12-07T13:59:50Z"));
+    let server = env.server();
+    server.reset_counts();
+    let names: Vec<String> = (0..COUNT).map(|i| format!("down-{i:02}")).collect();
+    for name in &names {
+        scheduled_machine(
+            &env,
+            name,
+            json!({"infrastructureSpec": {"spec": {"hostRef": {"name": "down"}}}}),
+        )
+        .await;
+    }
+    let lvms = libvirt_machines(&env.client);
+    for name in &names {
+        wait_until(&format!("{name} waits for its host"), || async {
+            lvms.get_opt(name).await.unwrap().is_some_and(|m| {
+                m.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["reason"] == "WaitingForHost")
+            })
+        })
+        .await;
+    }
+    let writes = server.request_count("patch", "libvirtmachines.infrastructure.cluster.x-k8s.io", "status");
+    assert!(
+        writes <= COUNT as u64 + 2,
+        "{writes} status writes for {COUNT} machines"
+    );
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn objects_left_by_a_crash_are_adopted_and_foreign_ones_are_a_conflict() {
     let env = Env::start().await;

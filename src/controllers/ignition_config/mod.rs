@@ -22,7 +22,9 @@
 //!    cluster.x-k8s.io/secret`, `value` + `format: ignition`, the cluster-name label when known,
 //!    a controller ownerRef to the IgnitionConfig. It is server-side applied (forced, as
 //!    [`FIELD_MANAGER`]) only when it lacks something we set, so hand edits and deletions are
-//!    undone, and an unchanged source writes nothing. A Secret of that name that does not belong
+//!    undone, and an unchanged source writes nothing. One the synced Secret cache has never seen
+//!    is created without a read first; a 409 then means the cache was behind, and it is read.
+//!    A Secret of that name that does not belong
 //!    to this IgnitionConfig is never touched: `Ready=False`, reason `DataSecretConflict`.
 //! 6. Status, written only when it changed: `ready`, `dataSecretName`,
 //!    `initialization.dataSecretCreated`, the `Ready` and `Paused` conditions,
@@ -64,7 +66,7 @@ use std::{
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     ResourceExt,
-    api::Api,
+    api::{Api, PostParams},
     runtime::{
         controller::Action,
         events::EventType,
@@ -134,7 +136,8 @@ async fn current_version(ctx: &Context, namespace: &str, name: &str) -> Option<S
         .and_then(|s| s.resource_version())
 }
 
-/// The source's payload: remembered while the Secret is unchanged, else read and validated.
+/// The source's payload: remembered while the Secret is unchanged, else read (by one
+/// reconcile at a time) and validated.
 async fn source_payload(
     state: &State,
     secrets: &Api<Secret>,
@@ -142,9 +145,17 @@ async fn source_payload(
     name: &str,
     key: &str,
 ) -> Result<Result<Payload, Problem>, Error> {
-    if let Some(version) = current_version(&state.ctx, namespace, name).await
-        && let Some(known) = state.secrets.source(namespace, name, key, &version)
-    {
+    let remembered = || async {
+        let version = current_version(&state.ctx, namespace, name).await?;
+        state.secrets.source(namespace, name, key, &version)
+    };
+    if let Some(known) = remembered().await {
+        return Ok((*known).clone());
+    }
+    let lock = state.secrets.read_lock(namespace, name);
+    let _reading = lock.lock().await;
+    // Whoever held the lock before may have read it for us.
+    if let Some(known) = remembered().await {
         return Ok((*known).clone());
     }
     let found = get_opt(secrets, name, "Secret").await?;
@@ -157,24 +168,45 @@ async fn source_payload(
     Ok(payload)
 }
 
-/// The data Secret: known unchanged while it is at the version last read or written, else read.
+/// Whether a reconcile may take the Secret cache's word that the data Secret is absent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Absence {
+    /// Yes: the Secret is then created, and a 409 says the cache was behind.
+    Trusted,
+    /// No, a create just found it: read it.
+    Read,
+}
+
+/// The data Secret: known unchanged while it is at the version last read or written, unseen
+/// while the synced cache has no such Secret (so a new config reads nothing), else read.
 async fn existing_data(
     state: &State,
     secrets: &Api<Secret>,
     config: &IgnitionConfig,
     namespace: &str,
+    absence: Absence,
 ) -> Result<Existing, Error> {
     let name = config.name_any();
-    if let Some(version) = current_version(&state.ctx, namespace, &name).await
-        && let Some(held) = state.secrets.data(namespace, &name, &version)
-    {
-        return Ok(Existing::Unchanged(held));
+    match current_version(&state.ctx, namespace, &name).await {
+        Some(version) => {
+            if let Some(held) = state.secrets.data(namespace, &name, &version) {
+                return Ok(Existing::Unchanged(held));
+            }
+        }
+        // Our own write the watch has not brought back yet, or nothing at all.
+        None if absence == Absence::Trusted => {
+            return Ok(state
+                .secrets
+                .last_data(namespace, &name)
+                .map_or(Existing::Unseen, Existing::Unchanged));
+        }
+        None => {}
     }
     let found = get_opt(secrets, &name, "Secret").await?;
     Ok(Existing::classify(found, config.uid().as_deref().unwrap_or_default()))
 }
 
-async fn observe(config: &IgnitionConfig, state: &State) -> Result<Observation, Error> {
+async fn observe(config: &IgnitionConfig, state: &State, absence: Absence) -> Result<Observation, Error> {
     let ctx = &state.ctx;
     let namespace = config.namespace().unwrap_or_default();
     let cluster_name = cluster_name(config, ctx, &namespace).await?;
@@ -192,7 +224,7 @@ async fn observe(config: &IgnitionConfig, state: &State) -> Result<Observation, 
     let secret_ref = &config.spec.secret_ref;
     let source = source_payload(state, &secrets, &namespace, &secret_ref.name, &secret_ref.key).await?;
     let existing = if source.is_ok() {
-        existing_data(state, &secrets, config, &namespace).await?
+        existing_data(state, &secrets, config, &namespace, absence).await?
     } else {
         // Nothing will be written, so the data Secret need not be read.
         Existing::Absent
@@ -208,28 +240,56 @@ async fn reconcile(config: Arc<IgnitionConfig>, state: Arc<State>) -> Result<Act
     if config.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let ctx = &state.ctx;
     let config = state.own.fresh(config);
-    let observation = observe(&config, &state).await?;
+    let observation = observe(&config, &state, Absence::Trusted).await?;
+    match converge(&config, &state, observation).await {
+        Err(e) if e.already_exists() => {
+            let observation = observe(&config, &state, Absence::Read).await?;
+            converge(&config, &state, observation).await
+        }
+        done => done,
+    }
+}
+
+/// Write the data Secret and the status `observation` calls for.
+async fn converge(config: &IgnitionConfig, state: &State, observation: Observation) -> Result<Action, Error> {
+    let ctx = &state.ctx;
     let current = config.status.clone().unwrap_or_default();
     let Plan {
         write,
         fingerprint,
         status,
-    } = plan::plan(&config, &observation, &ctx.timestamp());
-    let found_version = match &observation {
+    } = plan::plan(config, &observation, &ctx.timestamp());
+    let (found_version, unseen) = match &observation {
         Observation::Active {
             existing: Existing::Ours(found),
             ..
-        } => found.resource_version(),
-        _ => None,
+        } => (found.resource_version(), false),
+        Observation::Active {
+            existing: Existing::Unseen,
+            ..
+        } => (None, true),
+        Observation::Paused | Observation::Active { .. } => (None, false),
     };
     drop(observation);
     let name = config.name_any();
     let namespace = config.namespace().unwrap_or_default();
     let mut events = Vec::new();
     if let Some(secret) = write {
-        let written = apply_secret(ctx, &namespace, &name, FIELD_MANAGER, &secret).await?;
+        let written = if unseen {
+            Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
+                .create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.to_owned()),
+                        ..PostParams::default()
+                    },
+                    &secret,
+                )
+                .await
+                .map_err(ApiError::write(format!("Secret {name:?}")))?
+        } else {
+            apply_secret(ctx, &namespace, &name, FIELD_MANAGER, &secret).await?
+        };
         if let (Some(version), Some(print)) = (written.resource_version(), fingerprint) {
             state.secrets.remember_data(&namespace, &name, version, print);
         }
@@ -243,8 +303,8 @@ async fn reconcile(config: Arc<IgnitionConfig>, state: Arc<State>) -> Result<Act
     } else if let (Some(version), Some(print)) = (found_version, fingerprint) {
         state.secrets.remember_data(&namespace, &name, version, print);
     }
-    if let Some(written) = write_status(ctx, config.as_ref(), FIELD_MANAGER, &current, &status, events).await? {
-        state.own.wrote(&config, written);
+    if let Some(written) = write_status(ctx, config, FIELD_MANAGER, &current, &status, events).await? {
+        state.own.wrote(config, written);
     }
     Ok(Action::await_change())
 }

@@ -201,6 +201,9 @@ pub fn fingerprint(desired: &Secret) -> Fingerprint {
 pub enum Existing {
     /// No such Secret.
     Absent,
+    /// Not in the synced Secret cache, nor written by us: created rather than applied, so a
+    /// Secret of that name that appeared meanwhile is not taken over.
+    Unseen,
     /// It carries an ownerRef to this IgnitionConfig.
     Ours(Box<Secret>),
     /// Ours, not read again: unchanged since it was known to hold what the fingerprint says.
@@ -345,7 +348,7 @@ pub fn plan(config: &IgnitionConfig, observation: &Observation, now: &Time) -> P
     let name = config.name_any();
     let outcome = source.as_ref().map_err(Clone::clone).and_then(|p| match existing {
         Existing::Foreign => Err(Problem::Conflict { name: name.clone() }),
-        Existing::Absent | Existing::Ours(_) | Existing::Unchanged(_) => Ok(p),
+        Existing::Absent | Existing::Unseen | Existing::Ours(_) | Existing::Unchanged(_) => Ok(p),
     });
     let mut wanted = None;
     let (write, ready_condition, ready_now) = match outcome {

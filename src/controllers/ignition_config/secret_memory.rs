@@ -35,6 +35,8 @@ struct Inner {
     /// By source Secret and the key read from it.
     sources: HashMap<(SecretKey, String), Source>,
     data: HashMap<SecretKey, Data>,
+    /// One read at a time per source: configs created together share one GET.
+    reading: HashMap<SecretKey, Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// The memory; shared by the controller's reconciles.
@@ -66,6 +68,12 @@ impl SecretMemory {
         (found.version == version).then(|| found.payload.clone())
     }
 
+    /// The lock to hold while reading source Secret `namespace/name`, so that reconciles
+    /// wanting it at the same moment wait for one read instead of each sending their own.
+    pub fn read_lock(&self, namespace: &str, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.lock().reading.entry(key(namespace, name)).or_default().clone()
+    }
+
     /// Remember what `key` of Secret `namespace/name` at `version` validated to.
     pub fn remember_source(
         &self,
@@ -87,6 +95,12 @@ impl SecretMemory {
         (found.version == version).then_some(found.fingerprint)
     }
 
+    /// The fingerprint last remembered for data Secret `namespace/name`, whatever its version:
+    /// what it holds while the cache has not yet seen our write of it.
+    pub fn last_data(&self, namespace: &str, name: &str) -> Option<Fingerprint> {
+        self.lock().data.get(&key(namespace, name)).map(|d| d.fingerprint)
+    }
+
     /// Remember that data Secret `namespace/name` at `version` holds what `fingerprint` describes.
     pub fn remember_data(&self, namespace: &str, name: &str, version: String, fingerprint: Fingerprint) {
         self.lock()
@@ -99,6 +113,7 @@ impl SecretMemory {
         let gone = key(namespace, name);
         let mut inner = self.lock();
         inner.data.remove(&gone);
+        inner.reading.remove(&gone);
         inner.sources.retain(|(k, _), _| *k != gone);
     }
 
@@ -106,7 +121,7 @@ impl SecretMemory {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         let inner = self.lock();
-        inner.sources.len() + inner.data.len()
+        inner.sources.len() + inner.data.len() + inner.reading.len()
     }
 }
 
@@ -137,6 +152,8 @@ mod tests {
         memory.remember_data("ns", "cfg", "7".to_owned(), [1; 32]);
         assert_eq!(memory.data("ns", "cfg", "7"), Some([1; 32]));
         assert_eq!(memory.data("ns", "cfg", "8"), None, "edited by hand");
+        assert_eq!(memory.last_data("ns", "cfg"), Some([1; 32]), "whatever the version");
+        assert_eq!(memory.last_data("ns", "other"), None);
         memory.remember_data("ns", "cfg", "9".to_owned(), [2; 32]);
         assert_eq!(
             memory.data("ns", "cfg", "9"),
@@ -152,6 +169,7 @@ mod tests {
         memory.remember_source("ns", "s", "other", "1".to_owned(), payload());
         memory.remember_data("ns", "s", "1".to_owned(), [0; 32]);
         memory.remember_data("ns", "t", "1".to_owned(), [0; 32]);
+        let _ = memory.read_lock("ns", "s");
         memory.forget("ns", "s");
         assert_eq!(memory.len(), 1);
         assert!(memory.data("ns", "t", "1").is_some());

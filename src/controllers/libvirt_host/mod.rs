@@ -40,11 +40,9 @@ use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, DynamicObject},
     runtime::{
-        WatchStreamExt,
         controller::Action,
         events::{Event, EventType},
-        reflector::{self, ObjectRef, Store},
-        watcher,
+        reflector::{ObjectRef, Store},
     },
 };
 use tokio_util::sync::CancellationToken;
@@ -542,14 +540,9 @@ pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdo
     let controller = ctx.controller::<LibvirtHost>();
     let store = controller.store();
     let by_secret = store.clone();
-    // A cache of the machines, for the reclaim policy; its stream also triggers the hosts.
-    let writer = reflector::store::Writer::<LibvirtMachine>::default();
-    let machines = writer.as_reader();
-    let machine_events = reflector::reflector(
-        writer,
-        watcher(ctx.watched_api::<LibvirtMachine>(), watcher::Config::default()).default_backoff(),
-    )
-    .touched_objects();
+    // The machines, for the reclaim policy; their changes also trigger the hosts.
+    let machines = ctx.caches.libvirt_machines.store();
+    let machine_events = ctx.caches.libvirt_machines.subscribe();
     let controller = controller
         .watches_shared_stream(ctx.caches.secrets.subscribe(), move |secret| {
             hosts_for_secret(
@@ -560,7 +553,7 @@ pub async fn run(ctx: Arc<Context>, shared: Shared, readiness: Readiness, shutdo
         })
         // A machine's allocation changes what is available on its host, and its removal may
         // be what the reclaim policy waits for.
-        .watches_stream(machine_events, |machine| {
+        .watches_shared_stream(machine_events, |machine| {
             machine.host_name().map(|host| {
                 ObjectRef::<LibvirtHost>::new(host).within(machine.namespace().as_deref().unwrap_or_default())
             })

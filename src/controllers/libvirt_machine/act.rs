@@ -14,7 +14,7 @@ use super::{
     Error, FINALIZER, HOST_RETRY, State, admission, api,
     decide::{Decision, ProvisionPlan, Step, host_invalid_spec},
     ipam, plan, provision,
-    status::{Outcome, Wait, current, paused, waiting, with_ready},
+    status::{Outcome, Wait, current, paused, unreported, unreported_for, waiting, with_ready},
     watch,
 };
 use crate::{
@@ -39,7 +39,10 @@ pub(super) async fn act(
         claim(machine, state, &id.provider_id).await?;
     }
     match decision.step {
-        Step::Wait(wait) => Ok(waiting(machine, wait, &now)),
+        Step::Wait(wait) => Ok(match unreported_for(machine, &wait, &state.ctx.wall_time()) {
+            Some(left) => unreported(machine, left),
+            None => waiting(machine, wait, &now),
+        }),
         Step::Pause => Ok(paused(machine, &now)),
         Step::Watch { host, owner_deleting } => watch::check(machine, state, id, &host, owner_deleting).await,
         Step::Claim { cluster, claims } => {

@@ -17,7 +17,9 @@
 //! `StoragePoolNotFound`, `StoragePoolInactive`, `BaseImageNotFound`, `RootDiskTooSmall`,
 //! `InvalidSpec`, `DomainNameConflict`, `LibvirtError`; then `DomainRunning`, or after
 //! provisioning `DomainMissing`, `DomainNotRunning`, `DomainShutDown` and `HostUnreachable`;
-//! while deleting `Deleting`, `ShuttingDown`. `Paused` has its own condition.
+//! while deleting `Deleting`, `ShuttingDown`. `Paused` has its own condition. A new machine
+//! writes no status while it waits for its owner, bootstrap data or host in its first 10 s: its
+//! Machine and bootstrap config are created with it, so those waits are usually over by then.
 //!
 //! Once provisioned the domain is checked every `--domain-check-interval-seconds` ([`watch`]): a
 //! stopped domain is started again, announced by why it stopped (Warning Event `DomainShutDown`

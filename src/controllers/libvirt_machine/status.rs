@@ -70,6 +70,42 @@ pub(super) fn waiting(machine: &LibvirtMachine, wait: Wait, now: &Time) -> Outco
     }
 }
 
+/// How long a new machine's expected first waits go unreported. The Machine and the bootstrap
+/// config are created together with it (by a MachineSet, by 5-Spot), so waiting for the owner,
+/// the bootstrap data or the host usually ends within seconds, even in a burst of a thousand: reporting each wait
+/// would cost every new machine a status write or two that no one reads.
+const FIRST_WAIT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How much longer `wait` goes unreported, if it does: while a machine without any status yet
+/// is younger than [`FIRST_WAIT_GRACE`] and waits for its owner, its bootstrap data or its host.
+/// `wall` is now on the API server's timeline, like `creationTimestamp`.
+pub(super) fn unreported_for(machine: &LibvirtMachine, wait: &Wait, wall: &Time) -> Option<std::time::Duration> {
+    let first = matches!(
+        wait.reason,
+        Reason::Machine(
+            MachineReason::WaitingForMachineOwner
+                | MachineReason::WaitingForBootstrapData
+                | MachineReason::WaitingForHost
+        )
+    );
+    if machine.status.is_some() || !first {
+        return None;
+    }
+    let created = machine.metadata.creation_timestamp.as_ref()?;
+    let age = wall.0.duration_since(created.0).unsigned_abs();
+    FIRST_WAIT_GRACE.checked_sub(age).filter(|left| !left.is_zero())
+}
+
+/// Nothing written yet: look again when the grace of [`unreported_for`] ends.
+pub(super) fn unreported(machine: &LibvirtMachine, left: std::time::Duration) -> Outcome {
+    Outcome {
+        status: current(machine),
+        events: Vec::new(),
+        action: Action::requeue(left),
+        counted: Vec::new(),
+    }
+}
+
 /// `Paused=True`; `Ready` keeps what it said.
 pub(super) fn paused(machine: &LibvirtMachine, now: &Time) -> Outcome {
     let mut status = current(machine);

@@ -530,10 +530,17 @@ fn desired_conditions(seen: &Observed, phase: Phase, message: &str) -> [DesiredC
             ScheduledReason::MachineRunning,
             "the Machine's Node has joined".to_owned(),
         ),
+        // The phases on the way to a Node are one message, so that each step of the Machine
+        // does not cost a status write; others (`Failed`, `Unknown`) are named.
         Some(m) => (
             Status::False,
             ScheduledReason::MachineNotRunning,
-            format!("Machine phase {}", m.phase.as_deref().unwrap_or("unknown")),
+            match m.phase.as_deref() {
+                None | Some("Pending" | "Provisioning" | "Provisioned") => {
+                    "the Machine is on its way to a Node".to_owned()
+                }
+                Some(other) => format!("Machine phase {other}"),
+            },
         ),
     };
     let ready = Status::from_bool(phase == Phase::Active && machine_running);

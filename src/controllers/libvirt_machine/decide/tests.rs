@@ -562,3 +562,46 @@ fn a_claimed_address_and_gateway_reach_the_keyfile_and_the_plan() {
     let keyfile = String::from_utf8(keyfile).unwrap();
     assert!(keyfile.contains("address1=10.10.0.12/24,10.10.0.1"), "{keyfile}");
 }
+
+#[test]
+fn a_new_machine_reports_its_first_waits_only_after_ten_seconds() {
+    use crate::controllers::libvirt_machine::status::unreported_for;
+    let at = |s: &str| Time(s.parse().unwrap());
+    let new = machine(json!({"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}}));
+    let wait = |reason: MachineReason| Wait::new(reason, "m", Action::await_change());
+    let owner = wait(MachineReason::WaitingForMachineOwner);
+    assert_eq!(
+        unreported_for(&new, &owner, &at("2026-01-01T00:00:02Z")),
+        Some(Duration::from_secs(8))
+    );
+    for reason in [MachineReason::WaitingForBootstrapData, MachineReason::WaitingForHost] {
+        assert!(unreported_for(&new, &wait(reason), &at("2026-01-01T00:00:01Z")).is_some());
+    }
+    assert_eq!(
+        unreported_for(&new, &owner, &at("2026-01-01T00:00:10Z")),
+        None,
+        "the grace is over"
+    );
+    let early = at("2026-01-01T00:00:01Z");
+    assert_eq!(
+        unreported_for(&new, &wait(MachineReason::WaitingForCapacity), &early),
+        None,
+        "the capacity queue is ordered by the condition, so it is written at once"
+    );
+    assert_eq!(
+        unreported_for(&new, &wait(MachineReason::MachineNotFound), &early),
+        None,
+        "a problem is reported at once"
+    );
+    let reported = machine(json!({"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {}}));
+    assert_eq!(
+        unreported_for(&reported, &owner, &early),
+        None,
+        "once a status is written, every change is"
+    );
+    let skewed = at("2025-12-31T23:59:00Z");
+    assert!(
+        unreported_for(&new, &owner, &skewed).is_none_or(|left| left <= Duration::from_secs(10)),
+        "a clock behind the server's never stretches the grace"
+    );
+}
