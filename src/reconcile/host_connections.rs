@@ -6,6 +6,8 @@
 //!   session whose host key is judged by the spec's pin (or explicit opt-out) before
 //!   authenticating, tunnels the remote libvirt socket to a private local socket and opens
 //!   libvirt on that. The key stays in memory.
+//! - The key Secret is read only when the shared Secret metadata cache shows it exists and has
+//!   a version the open connection was not built with (a missing one is reported unread).
 //! - A connection is rebuilt when the URI, the host key settings or the Secret's resourceVersion
 //!   change, or when the tunnel or libvirt says it is dead. Opening is serialised per host (two
 //!   reconciles never open two connections to one host) and bounded across hosts by a semaphore,
@@ -126,7 +128,13 @@ pub struct HostConnections {
     slots: Mutex<HashMap<HostId, Slot>>,
     opening: Semaphore,
     limit: AtomicUsize,
+    /// The shared Secret metadata cache, once the CAPLV family has started: it tells when a
+    /// key Secret is absent, or unchanged since the open connection read it, without a GET.
+    secret_index: std::sync::OnceLock<SecretIndex>,
 }
+
+/// Secret metadata: names and `resourceVersion`s, never contents.
+pub type SecretIndex = kube::runtime::reflector::Store<kube::api::PartialObjectMeta<Secret>>;
 
 impl std::fmt::Debug for HostConnections {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -153,7 +161,24 @@ impl HostConnections {
             slots: Mutex::default(),
             opening: Semaphore::new(limit),
             limit: AtomicUsize::new(limit),
+            secret_index: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Consult `index` before reading a key Secret (set once, when the family starts).
+    pub fn use_secret_index(&self, index: SecretIndex) {
+        let _ = self.secret_index.set(index);
+    }
+
+    /// What the Secret index says of `host`'s key Secret: `None` when it cannot tell (no index,
+    /// or no Secret reference), else the Secret's version, `None` inside when there is no
+    /// such Secret.
+    async fn indexed_secret_version(&self, host: &LibvirtHost) -> Option<Option<String>> {
+        let index = self.secret_index.get()?;
+        let (namespace, name) = secret_ref(host).ok()?;
+        crate::reconcile::wait_synced(index).await;
+        let found = index.get(&kube::runtime::reflector::ObjectRef::new(&name).within(&namespace));
+        Some(found.map(|meta| meta.resource_version().unwrap_or_default()))
     }
 
     /// The same cache, reaching hosts where `locator` says instead of at their spec's URI.
@@ -206,6 +231,28 @@ impl HostConnections {
         let mut secret = None;
         let mut secret_version = None;
         if uri.is_ssh() {
+            match self.indexed_secret_version(host).await {
+                Some(None) => {
+                    close(slot.lock().await.take());
+                    return Ok(Reach::Unusable(
+                        secret_ref(host).map_or_else(|f| f, |(ns, name)| missing(&ns, &name)),
+                    ));
+                }
+                // Unchanged since the open connection read it: nothing to read.
+                Some(Some(version)) => {
+                    let guard = slot.lock().await;
+                    if let Some(conn) = guard.as_ref().filter(|c| {
+                        !c.is_closed()
+                            && c.key.uri == spec_uri
+                            && c.key.host_key_fingerprint == host.spec.host_key_fingerprint
+                            && c.key.insecure == host.spec.insecure_skip_host_key_verification
+                            && c.key.secret_version.as_deref() == Some(version.as_str())
+                    }) {
+                        return Ok(Reach::Open(conn.clone()));
+                    }
+                }
+                None => {}
+            }
             match read_secret(client, host).await? {
                 Ok((bytes, version)) => {
                     secret = Some(bytes);
@@ -335,34 +382,49 @@ async fn read_secret(
     client: &kube::Client,
     host: &LibvirtHost,
 ) -> Result<Result<(Vec<u8>, Option<String>), Failure>, SecretReadError> {
-    let host_ns = host.namespace().unwrap_or_default();
-    let Some(reference) = &host.spec.secret_ref else {
-        return Ok(Err(Failure::new(
-            HostReason::SecretNotFound,
-            "spec.secretRef is required for qemu+ssh URIs",
-        )));
+    let (namespace, name) = match secret_ref(host) {
+        Ok(found) => found,
+        Err(failure) => return Ok(Err(failure)),
     };
-    let namespace = reference.namespace.clone().unwrap_or(host_ns);
     let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-    let secret = api.get_opt(&reference.name).await.map_err(|source| SecretReadError {
+    let secret = api.get_opt(&name).await.map_err(|source| SecretReadError {
         namespace: namespace.clone(),
-        name: reference.name.clone(),
+        name: name.clone(),
         source,
     })?;
     let Some(secret) = secret else {
-        return Ok(Err(Failure::new(
-            HostReason::SecretNotFound,
-            format!("Secret {namespace}/{} does not exist", reference.name),
-        )));
+        return Ok(Err(missing(&namespace, &name)));
     };
     let version = secret.resource_version();
     match secret.data.as_ref().and_then(|d| d.get(SECRET_KEY)) {
         Some(bytes) => Ok(Ok((bytes.0.clone(), version))),
         None => Ok(Err(Failure::new(
             HostReason::InvalidPrivateKey,
-            format!("Secret {namespace}/{} has no {SECRET_KEY:?} key", reference.name),
+            format!("Secret {namespace}/{name} has no {SECRET_KEY:?} key"),
         ))),
     }
+}
+
+/// The namespace and name of `host`'s key Secret (the namespace defaults to the host's).
+fn secret_ref(host: &LibvirtHost) -> Result<(String, String), Failure> {
+    let Some(reference) = &host.spec.secret_ref else {
+        return Err(Failure::new(
+            HostReason::SecretNotFound,
+            "spec.secretRef is required for qemu+ssh URIs",
+        ));
+    };
+    let namespace = reference
+        .namespace
+        .clone()
+        .unwrap_or_else(|| host.namespace().unwrap_or_default());
+    Ok((namespace, reference.name.clone()))
+}
+
+fn missing(namespace: &str, name: &str) -> Failure {
+    Failure::new(
+        HostReason::SecretNotFound,
+        format!("Secret {namespace}/{name} does not exist"),
+    )
 }
 
 async fn open_blocking(uri: String) -> Result<VirtHypervisor, Failure> {
