@@ -448,6 +448,12 @@ async fn main() {
     );
     let all_clients: u64 = non_watch_requests(&server.request_counts()).values().sum();
     let transition = non_watch_requests(&server.request_counts_of(MANAGER));
+    let simulator: u64 = non_watch_requests(&server.request_counts_of("capi-sim")).values().sum();
+    println!(
+        "the CAPI simulator's requests per ScheduledMachine: {:.2} {:?}",
+        simulator as f64 / COUNT as f64,
+        non_watch_requests(&server.request_counts_of("capi-sim"))
+    );
     println!("the manager's API requests for the opening, until it was quiet:");
     for (k, n) in &transition {
         println!("  {k}: {n} ({:.2} per ScheduledMachine)", *n as f64 / COUNT as f64);

@@ -12,6 +12,8 @@ use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::discovery;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::JoinHandle;
 
@@ -172,6 +174,8 @@ pub(crate) struct WatchRegistry {
     client: kube::Client,
     on_change: OnChange,
     watched: Mutex<HashSet<(String, String, String)>>,
+    /// Each watched kind's objects, read as core reads through its informers.
+    stores: Mutex<HashMap<(String, String, String), Store<DynamicObject>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -181,13 +185,23 @@ impl WatchRegistry {
             client,
             on_change,
             watched: Mutex::new(HashSet::new()),
+            stores: Mutex::new(HashMap::new()),
             tasks: Mutex::new(Vec::new()),
         }
     }
 
+    /// Object `namespace/name` of kind `ar` as its watch last saw it; `None` when the kind is
+    /// not watched yet or the watch has not seen the object (then the caller reads it).
+    pub fn cached(&self, ar: &ApiResource, namespace: &str, name: &str) -> Option<DynamicObject> {
+        let key = (ar.group.clone(), ar.version.clone(), ar.kind.clone());
+        let store = self.stores.lock().ok()?.get(&key)?.clone();
+        let found = store.get(&ObjectRef::new_with(name, ar.clone()).within(namespace))?;
+        Some((*found).clone())
+    }
+
     pub fn ensure(&self, ar: &ApiResource) {
         let key = (ar.group.clone(), ar.version.clone(), ar.kind.clone());
-        let fresh = self.watched.lock().map(|mut w| w.insert(key)).unwrap_or(false);
+        let fresh = self.watched.lock().map(|mut w| w.insert(key.clone())).unwrap_or(false);
         if !fresh {
             return;
         }
@@ -195,8 +209,13 @@ impl WatchRegistry {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), ar);
         let on_change = self.on_change.clone();
         let (group, kind) = (ar.group.clone(), ar.kind.clone());
+        let writer = Writer::new(ar.clone());
+        if let Ok(mut stores) = self.stores.lock() {
+            stores.insert(key, writer.as_reader());
+        }
         let task = tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+            // The store has each change before `on_change` hears of it.
+            let mut events = reflector(writer, watcher(api, watcher::Config::default()).default_backoff()).boxed();
             while let Some(ev) = events.next().await {
                 match ev {
                     Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) | Ok(watcher::Event::Delete(o)) => {

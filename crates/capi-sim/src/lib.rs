@@ -26,6 +26,9 @@
 //!   once true, phases, and the deletion sequence (pre-drain
 //!   hooks, cordon + drain with PDB-aware eviction retries and `nodeDrainTimeout`,
 //!   pre-terminate hooks, infra then bootstrap deletion, Node deletion, finalizer removal).
+//! - **Reads through caches**, as core's controllers read through informers: Clusters and the
+//!   provider objects a Machine refers to come from watches, and only an object a watch has not
+//!   seen yet is read from the server (a 1000-window burst: 9 requests per Machine instead of 27).
 //! - **Contract resolution** as core does it: ref kinds are looked up via discovery and the
 //!   CRD's `cluster.x-k8s.io/<contract>` label; a missing label is an error, as in core.
 //! - **Emulated kubelet** (optional): registers a Node once the InfraMachine is provisioned

@@ -48,6 +48,8 @@ pub(crate) struct Ctx {
     pub watches: WatchRegistry,
     pub machine_ar: ApiResource,
     pub cluster_ar: ApiResource,
+    /// The Cluster controller's cache.
+    cluster_cache: Store<DynamicObject>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -58,6 +60,34 @@ impl Ctx {
 
     pub fn clusters(&self, ns: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), ns, &self.cluster_ar)
+    }
+
+    /// Cluster `ns/name`, from the Cluster cache as core reads it through its informer; read
+    /// from the server only when the cache has not seen it (yet).
+    pub async fn cluster(&self, ns: &str, name: &str) -> Result<Option<DynamicObject>> {
+        let key = ObjectRef::new_with(name, self.cluster_ar.clone()).within(ns);
+        if let Some(cached) = self.cluster_cache.get(&key) {
+            return Ok(Some((*cached).clone()));
+        }
+        match self.clusters(ns).get(name).await {
+            Ok(c) => Ok(Some(c)),
+            Err(e) if crate::error::is_not_found(&e) => Ok(None),
+            Err(e) => Err(Error::kube(format!("reading Cluster {name}"), e)),
+        }
+    }
+
+    /// Provider object `ns/name` of `kind`, from its watch's cache; read from the server only
+    /// when the cache has not seen it (yet), so a just-created object never looks missing.
+    pub async fn provider(
+        &self,
+        kind: &crate::dynamic::ResolvedKind,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<DynamicObject>> {
+        if let Some(cached) = self.watches.cached(&kind.ar, ns, name) {
+            return Ok(Some(cached));
+        }
+        self.resolver.get(kind, ns, name).await
     }
 
     /// Resolves a provider ref and makes sure its kind is watched.
@@ -300,6 +330,7 @@ impl Simulator {
             cfg: cfg.clone(),
             machine_ar: machine_ar.clone(),
             cluster_ar: cluster_ar.clone(),
+            cluster_cache: clusters.clone(),
             failures: Mutex::new(HashMap::new()),
         });
 

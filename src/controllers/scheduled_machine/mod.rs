@@ -140,10 +140,17 @@ impl State {
     /// write; the status carries memory (the window's record, the provisioning durations), so
     /// deciding from the stale copy would erase what the write added.
     fn current_status(&self, sm: &ScheduledMachine) -> ScheduledMachineStatus {
-        let written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
-        match written.get(&ObjectRef::from_obj(sm)) {
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = ObjectRef::from_obj(sm);
+        match written.get(&key) {
             Some((based_on, status)) if *based_on == sm.resource_version() => status.clone(),
-            _ => sm.status.clone().unwrap_or_default(),
+            found => {
+                // The cache has caught up (or someone else wrote): the copy is no longer needed.
+                if found.is_some() {
+                    written.remove(&key);
+                }
+                sm.status.clone().unwrap_or_default()
+            }
         }
     }
 
@@ -157,10 +164,14 @@ impl State {
 
     fn record_phase(&self, key: ObjectRef<ScheduledMachine>, phase: Option<Phase>) {
         let mut phases = self.phases.lock().unwrap_or_else(PoisonError::into_inner);
-        match phase {
+        let before = match phase {
             Some(p) => phases.insert(key, p),
             None => phases.remove(&key),
         };
+        if before == phase {
+            // Most reconciles change no phase: no need to count them all again.
+            return;
+        }
         let gauge = &self.ctx.metrics.scheduled_machines;
         for p in Phase::ALL {
             let count = phases.values().filter(|v| **v == p).count();

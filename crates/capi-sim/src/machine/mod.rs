@@ -13,7 +13,7 @@ use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 
 use crate::conditions::Cond;
-use crate::error::{Error, Result, is_not_found};
+use crate::error::Result;
 use crate::patch::{owner_ref, patch_guarded};
 use crate::sim::Ctx;
 use crate::view::MachineView;
@@ -105,11 +105,7 @@ async fn get_cluster(ctx: &Ctx, m: &MachineView) -> Result<Option<DynamicObject>
     if m.cluster_name.is_empty() {
         return Ok(None);
     }
-    match ctx.clusters(&m.namespace).get(&m.cluster_name).await {
-        Ok(c) => Ok(Some(c)),
-        Err(e) if is_not_found(&e) => Ok(None),
-        Err(e) => Err(Error::kube(format!("reading Cluster {}", m.cluster_name), e)),
-    }
+    ctx.cluster(&m.namespace, &m.cluster_name).await
 }
 
 /// Cluster-name label, then (once the Cluster exists, as core fails before that point) the

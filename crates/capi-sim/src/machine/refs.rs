@@ -68,7 +68,7 @@ pub(super) async fn bootstrap(ctx: &Ctx, obj: &DynamicObject, m: &MachineView) -
         return Ok(done(Cond::new(ty, false, "InvalidConfigRef", msg)));
     }
     let kind = ctx.resolve(r).await?;
-    let Some(config) = ctx.resolver.get(&kind, &m.namespace, &r.name).await? else {
+    let Some(config) = ctx.provider(&kind, &m.namespace, &r.name).await? else {
         return Ok(done(Cond::new(
             ty,
             has_secret,
@@ -147,7 +147,7 @@ pub(super) async fn infrastructure(ctx: &Ctx, obj: &DynamicObject, m: &MachineVi
         return Ok(not_ready(Cond::new(ty, false, "InvalidInfrastructureRef", msg)));
     }
     let kind = ctx.resolve(r).await?;
-    let Some(infra) = ctx.resolver.get(&kind, &m.namespace, &r.name).await? else {
+    let Some(infra) = ctx.provider(&kind, &m.namespace, &r.name).await? else {
         let (reason, msg) = if was_ready {
             (
                 "InfrastructureMachineDeletedFailed",
