@@ -96,6 +96,7 @@ mod kubelet;
 pub mod kubelet_agent;
 mod machine;
 mod patch;
+mod ref_index;
 mod sim;
 mod view;
 

@@ -25,6 +25,7 @@ use crate::KubeletMode;
 use crate::crds::CapiVersions;
 use crate::dynamic::{OnChange, Resolver, WatchRegistry};
 use crate::error::{Error, Result};
+use crate::ref_index::RefIndex;
 use crate::view::{MachineView, ObjRef, str_at};
 
 /// Tunables of the simulated core; see [`SimulatorBuilder`].
@@ -230,31 +231,25 @@ type Trigger = mpsc::UnboundedSender<ObjectRef<DynamicObject>>;
 const MACHINE_REFS: &[&[&str]] = &[&["infrastructureRef"], &["bootstrap", "configRef"]];
 const CLUSTER_REFS: &[&[&str]] = &[&["infrastructureRef"]];
 
-/// Objects in `store` whose refs at `paths` point at `group`/`kind`, and at the object
-/// `target` (namespace, name) if given.
-fn referrers(
+/// Objects in `store` whose refs at `paths` point at `group`/`kind` (a scan: CRD changes are
+/// rare; provider objects' changes use a [`RefIndex`]).
+fn referrers_of_kind(
     store: &Store<DynamicObject>,
     ar: &ApiResource,
     group: &str,
     kind: &str,
-    target: Option<&DynamicObject>,
     paths: &[&[&str]],
 ) -> Vec<ObjectRef<DynamicObject>> {
     store
         .state()
         .iter()
-        .filter(|m| target.is_none_or(|t| m.metadata.namespace == t.metadata.namespace))
         .filter(|m| {
             paths.iter().any(|p| {
                 m.data
                     .get("spec")
                     .and_then(|s| crate::view::at(s, p))
                     .and_then(ObjRef::parse)
-                    .is_some_and(|r| {
-                        r.group == group
-                            && r.kind == kind
-                            && target.is_none_or(|t| t.metadata.name.as_deref() == Some(&r.name))
-                    })
+                    .is_some_and(|r| r.group == group && r.kind == kind)
             })
         })
         .map(|m| ObjectRef::from_obj_with(m.as_ref(), ar.clone()))
@@ -269,7 +264,7 @@ fn referrers_of_crd(
     crd: &CustomResourceDefinition,
     paths: &[&[&str]],
 ) -> Vec<ObjectRef<DynamicObject>> {
-    referrers(store, ar, &crd.spec.group, &crd.spec.names.kind, None, paths)
+    referrers_of_kind(store, ar, &crd.spec.group, &crd.spec.names.kind, paths)
 }
 
 impl Simulator {
@@ -314,11 +309,11 @@ impl Simulator {
         let (machine_tx, machine_rx) = mpsc::unbounded();
         let (cluster_tx, cluster_rx) = mpsc::unbounded();
 
+        let machine_refs = Arc::new(RefIndex::new(machine_ar.clone(), MACHINE_REFS));
+        let cluster_refs = Arc::new(RefIndex::new(cluster_ar.clone(), CLUSTER_REFS));
         let on_change = provider_trigger(
-            machines.clone(),
-            clusters.clone(),
-            machine_ar.clone(),
-            cluster_ar.clone(),
+            machine_refs.clone(),
+            cluster_refs.clone(),
             machine_tx.clone(),
             cluster_tx,
         );
@@ -337,7 +332,7 @@ impl Simulator {
         // Machines are reconciled on their own changes, their Node's, their Cluster's,
         // their provider objects' (via the WatchRegistry) and their kubelet's CSRs.
         let machine_queue = stream::select_all(vec![
-            own_changes(&client, &machine_ar, machine_writer),
+            own_changes(&client, &machine_ar, machine_writer, machine_refs),
             related(
                 watch_touched(Api::<DynamicObject>::all_with(client.clone(), &cluster_ar)),
                 {
@@ -371,7 +366,7 @@ impl Simulator {
         .for_each(|_| async {});
 
         let cluster_queue = stream::select_all(vec![
-            own_changes(&client, &cluster_ar, cluster_writer),
+            own_changes(&client, &cluster_ar, cluster_writer, cluster_refs),
             related(watch_touched(Api::<CustomResourceDefinition>::all(client.clone())), {
                 let (store, ar, resolver) = (clusters.clone(), cluster_ar.clone(), resolver.clone());
                 move |crd: CustomResourceDefinition| {
@@ -407,11 +402,22 @@ impl Simulator {
 
 type RefStream = BoxStream<'static, ObjectRef<DynamicObject>>;
 
-/// A reflector over `ar` (filling `writer`'s store) that yields a ref per touched object.
-fn own_changes(client: &kube::Client, ar: &ApiResource, writer: Writer<DynamicObject>) -> RefStream {
+/// A reflector over `ar` (filling `writer`'s store and `index`) that yields a ref per touched
+/// object.
+fn own_changes(
+    client: &kube::Client,
+    ar: &ApiResource,
+    writer: Writer<DynamicObject>,
+    index: Arc<RefIndex>,
+) -> RefStream {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
     let ar = ar.clone();
     reflector(writer, watcher(api, watcher::Config::default()).default_backoff())
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                index.observe(event);
+            }
+        })
         .touched_objects()
         .filter_map(move |r| {
             let out = match r {
@@ -455,18 +461,16 @@ where
 }
 
 fn provider_trigger(
-    machines: Store<DynamicObject>,
-    clusters: Store<DynamicObject>,
-    machine_ar: ApiResource,
-    cluster_ar: ApiResource,
+    machines: Arc<RefIndex>,
+    clusters: Arc<RefIndex>,
     machine_tx: Trigger,
     cluster_tx: Trigger,
 ) -> OnChange {
     Arc::new(move |group: &str, kind: &str, obj: &DynamicObject| {
-        for m in referrers(&machines, &machine_ar, group, kind, Some(obj), MACHINE_REFS) {
+        for m in machines.referrers(group, kind, obj) {
             let _ = machine_tx.unbounded_send(m);
         }
-        for c in referrers(&clusters, &cluster_ar, group, kind, Some(obj), CLUSTER_REFS) {
+        for c in clusters.referrers(group, kind, obj) {
             let _ = cluster_tx.unbounded_send(c);
         }
     })

@@ -43,6 +43,9 @@ pub struct Event {
     pub object: Value,
     /// The object before the change, for selector transitions.
     pub old: Option<Value>,
+    /// Watch lines already rendered from this event, by view (see `watch::View`): watchers of
+    /// one view share the bytes instead of each cloning and serializing the object.
+    pub rendered: std::sync::Mutex<Vec<(String, bytes::Bytes)>>,
 }
 
 /// Objects per store key, keyed by (namespace, name).
@@ -139,6 +142,7 @@ impl Store {
             etype,
             object: obj.clone(),
             old,
+            rendered: std::sync::Mutex::default(),
         });
         obj
     }
@@ -162,6 +166,7 @@ impl Store {
             etype: EventType::Deleted,
             object: obj.clone(),
             old: None,
+            rendered: std::sync::Mutex::default(),
         });
         Some(obj)
     }

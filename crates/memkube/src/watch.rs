@@ -39,6 +39,9 @@ struct Filter {
     sel: Selectors,
     table: Option<String>,
     meta_only: bool,
+    /// This watcher's view of an event per event type (ADDED, MODIFIED, DELETED): watchers with
+    /// equal views get equal lines, so one rendering serves them all. `None` for Table watches.
+    views: Option<[String; 3]>,
 }
 
 impl Filter {
@@ -54,8 +57,43 @@ impl Filter {
         self.sel.matches(o)
     }
 
+    fn new(info: Arc<ResourceInfo>, ns: Option<String>, sel: Selectors, p: &WatchParams) -> Self {
+        let views = p.table.is_none().then(|| {
+            let view = format!("{} {} {}", info.api_version(), info.kind, p.meta_only);
+            [EventType::Added, EventType::Modified, EventType::Deleted].map(|t| format!("{} {view}", t.as_str()))
+        });
+        Self {
+            info,
+            ns,
+            sel,
+            table: p.table.clone(),
+            meta_only: p.meta_only,
+            views,
+        }
+    }
+
+    /// The line this watcher sends for store event `e`, if it sees it at all.
+    fn event_line(&self, e: &Event) -> Option<Bytes> {
+        let t = self.translate(e)?;
+        let Some(views) = &self.views else {
+            return Some(self.line(t.as_str(), e.object.clone()));
+        };
+        let view = &views[match t {
+            EventType::Added => 0,
+            EventType::Modified => 1,
+            EventType::Deleted => 2,
+        }];
+        let mut rendered = e.rendered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, line)) = rendered.iter().find(|(v, _)| v == view) {
+            return Some(line.clone());
+        }
+        let line = self.line(t.as_str(), e.object.clone());
+        rendered.push((view.clone(), line.clone()));
+        Some(line)
+    }
+
     /// Translate a store event into what this watcher sees, if anything.
-    fn translate(&self, e: &Event) -> Option<(EventType, Value)> {
+    fn translate(&self, e: &Event) -> Option<EventType> {
         if e.key != self.info.store_key() {
             return None;
         }
@@ -69,7 +107,7 @@ impl Filter {
             (EventType::Modified, Some(true), false) => EventType::Deleted,
             _ => return None,
         };
-        Some((t, e.object.clone()))
+        Some(t)
     }
 
     fn line(&self, t: &str, obj: Value) -> Bytes {
@@ -111,13 +149,7 @@ pub fn start(
     sel: Selectors,
     p: WatchParams,
 ) -> ApiResult<Response> {
-    let filter = Filter {
-        info,
-        ns,
-        sel,
-        table: p.table.clone(),
-        meta_only: p.meta_only,
-    };
+    let filter = Filter::new(info, ns, sel, &p);
     let rv_param = p.resource_version.as_str();
     let mut first: Vec<Bytes> = vec![];
     let (rx, start_rv, expired) = {
@@ -140,11 +172,7 @@ pub fn start(
                 .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv_param}")))?;
             match st.store.events_since(&key, rv) {
                 Ok(evs) => {
-                    for e in evs {
-                        if let Some((t, o)) = filter.translate(&e) {
-                            first.push(filter.line(t.as_str(), o));
-                        }
-                    }
+                    first.extend(evs.iter().filter_map(|e| filter.event_line(e)));
                 }
                 Err(oldest) => {
                     first.push(expired_line(
@@ -202,8 +230,8 @@ async fn run(
             ev = rx.recv() => match ev {
                 Ok(e) => {
                     seen_rv = e.rv;
-                    if let Some((t, o)) = filter.translate(&e)
-                        && tx.send(filter.line(t.as_str(), o)).await.is_err()
+                    if let Some(line) = filter.event_line(&e)
+                        && tx.send(line).await.is_err()
                     {
                         return;
                     }
