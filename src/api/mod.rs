@@ -8,6 +8,7 @@
 )]
 
 pub mod capi;
+pub mod capi_cache;
 pub mod common;
 pub mod condition;
 pub mod ignition_config;

@@ -16,9 +16,11 @@ use crate::{
     reconcile::{Context, Settings},
 };
 
+pub mod client;
 pub mod health;
 pub mod http;
 pub mod leader;
+pub mod memory;
 
 use health::Readiness;
 use leader::LeaderConfig;
@@ -170,7 +172,7 @@ pub async fn connect(timeout: Duration) -> anyhow::Result<Connection> {
         .context("no Kubernetes configuration found: set KUBECONFIG, use ~/.kube/config, or run in a pod")?;
     let url = config.cluster_url.clone();
     let api_server_ca = config.root_cert.as_deref().map(pem_bundle);
-    let client = Client::try_from(config).context("invalid Kubernetes client configuration")?;
+    let client = client::build(config).context("invalid Kubernetes client configuration")?;
     match tokio::time::timeout(timeout, client.apiserver_version()).await {
         Ok(Ok(version)) => {
             tracing::info!(%url, version = version.git_version, "connected to the Kubernetes API server");
@@ -228,6 +230,7 @@ pub async fn run(
         http::router(metrics.clone(), readiness.clone()),
         shutdown.clone().cancelled_owned(),
     ));
+    memory::spawn_trimmer(shutdown.clone());
 
     let families: Vec<&str> = config.families.iter().map(|f| f.as_str()).collect();
     tracing::info!(?families, "controller families enabled");

@@ -7,6 +7,7 @@
 pub mod annotations;
 pub mod capi;
 pub mod error;
+pub mod events;
 pub mod finalizer;
 #[cfg(feature = "caplv")]
 pub mod host_connections;
@@ -29,7 +30,7 @@ use kube::{
     api::{Api, DynamicObject},
     runtime::{
         controller::{Action as ControllerAction, Controller},
-        events::{Recorder, Reporter},
+        events::Reporter,
         reflector::Store,
     },
 };
@@ -40,6 +41,7 @@ use self::shared_cache::SharedCache;
 use crate::{api::capi::CapiVersion, app::health::Readiness, clock::Clock, endpoint::EndpointProbe, metrics::Metrics};
 
 pub use error::ApiError;
+pub use events::EventRecorder;
 pub use status::{apply_secret, apply_status, condition_events, publish_event, write_status};
 
 /// The ServiceAccount the chart creates for Cluster API core's access to the workload cluster.
@@ -103,7 +105,7 @@ pub struct Context {
     /// The one metrics registry.
     pub metrics: Arc<Metrics>,
     /// Publishes Kubernetes Events.
-    pub recorder: Recorder,
+    pub recorder: EventRecorder,
     /// Shared settings.
     pub settings: Settings,
     /// Checks control plane endpoints.
@@ -136,7 +138,7 @@ impl Context {
             controller: "caplv-manager".to_owned(),
             instance: std::env::var("POD_NAME").ok(),
         };
-        let recorder = Recorder::new(client.clone(), reporter);
+        let recorder = EventRecorder::new(client.clone(), reporter);
         let kinds = kinds::KindCache::new(client.clone());
         let caches = SharedCaches::new(&client, &settings, capi);
         Self {
@@ -234,9 +236,11 @@ fn scoped_dynamic(client: &Client, namespace: Option<&str>, resource: &kube::cor
 
 /// The caches several controllers share (see [`shared_cache`]).
 pub struct SharedCaches {
-    /// Every Cluster in the watched namespaces, at the contract the cluster serves.
+    /// Every Cluster in the watched namespaces, at the contract the cluster serves (without
+    /// status, which no controller reads).
     pub clusters: SharedCache<DynamicObject>,
-    /// Every Machine in the watched namespaces, at the contract the cluster serves.
+    /// Every Machine in the watched namespaces, at the contract the cluster serves (of its
+    /// status only what `MachineView` reads).
     pub machines: SharedCache<DynamicObject>,
     /// Every LibvirtHost in the watched namespaces (watched only where LibvirtHosts are served).
     pub libvirt_hosts: SharedCache<crate::api::LibvirtHost>,
@@ -250,10 +254,11 @@ pub struct SharedCaches {
 
 impl SharedCaches {
     fn new(client: &Client, settings: &Settings, capi: CapiVersion) -> Self {
-        let cache = |resource: kube::core::ApiResource| {
-            SharedCache::new(
+        let cache = |resource: kube::core::ApiResource, project: fn(&mut DynamicObject)| {
+            SharedCache::projected(
                 scoped_dynamic(client, settings.watch_namespace.as_deref(), &resource),
                 resource,
+                project,
             )
         };
         fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -264,8 +269,8 @@ impl SharedCaches {
         }
         let namespace = settings.watch_namespace.as_deref();
         Self {
-            clusters: cache(capi.cluster()),
-            machines: cache(capi.machine()),
+            clusters: cache(capi.cluster(), crate::api::capi_cache::project_cluster),
+            machines: cache(capi.machine(), crate::api::capi_cache::project_machine),
             libvirt_hosts: SharedCache::new(scoped(client, namespace), ()),
             libvirt_machines: SharedCache::new(scoped(client, namespace), ()),
             secrets: SharedCache::new(scoped(client, namespace), ()),

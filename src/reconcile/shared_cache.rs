@@ -40,6 +40,8 @@ where
     dyntype: K::DynamicType,
     store: OnceLock<Store<K>>,
     subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>,
+    /// Drops, after trimming, what no reader of this kind reads.
+    project: fn(&mut K),
 }
 
 impl<K> SharedCache<K>
@@ -50,11 +52,17 @@ where
     /// A cache of what `api` lists (`dyntype`: `()` for a typed kind, the resource for a
     /// dynamic one); nothing is watched until it is first used.
     pub fn new(api: Api<K>, dyntype: K::DynamicType) -> Self {
+        Self::projected(api, dyntype, |_| {})
+    }
+
+    /// A cache whose objects keep only what `project` leaves of them.
+    pub fn projected(api: Api<K>, dyntype: K::DynamicType, project: fn(&mut K)) -> Self {
         Self {
             api,
             dyntype,
             store: OnceLock::new(),
             subscribers: Arc::default(),
+            project,
         }
     }
 
@@ -93,11 +101,15 @@ where
         let writer = Writer::new(self.dyntype.clone());
         let store = writer.as_reader();
         let subscribers = self.subscribers.clone();
+        let project = self.project;
         let changes = reflector::reflector(
             writer,
             watcher(self.api.clone(), watcher::Config::default())
                 .default_backoff()
-                .modify(trim),
+                .modify(move |obj| {
+                    trim(obj);
+                    project(obj);
+                }),
         )
         .touched_objects();
         tokio::spawn(async move {

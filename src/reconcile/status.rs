@@ -6,7 +6,7 @@ use crate::api::condition::{self, Condition, HasConditions, Status};
 use kube::{
     Resource, ResourceExt,
     api::{Api, Patch, PatchParams},
-    runtime::events::{Event, EventType, Recorder},
+    runtime::events::{Event, EventType},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -91,7 +91,7 @@ pub async fn apply_secret(
 
 /// Publish an Event about `object`. A failure is logged, never fatal: Events are advisory.
 pub async fn publish_event(
-    recorder: &Recorder,
+    recorder: &super::EventRecorder,
     object: &ObjectReference,
     type_: EventType,
     reason: &str,

@@ -102,15 +102,16 @@ fn at_most_eight_files_sit_loose_in_src() {
     assert!(loose.len() <= 8, "{} loose files in src/: {loose:?}", loose.len());
 }
 
-/// `unsafe` is denied workspace-wide; only the libvirt node statistics call C directly.
+/// `unsafe` is denied workspace-wide; only the libvirt node statistics and the heap trimmer
+/// call C directly.
 #[test]
-fn unsafe_code_lives_in_one_module() {
-    const ALLOWED: &str = "src/libvirt/virt_backend/node_stats.rs";
+fn unsafe_code_lives_in_two_modules() {
+    const ALLOWED: [&str; 2] = ["src/app/memory.rs", "src/libvirt/virt_backend/node_stats.rs"];
     let mut files = rust_files(&Path::new(ROOT).join("src"));
     for krate in ["crates/memkube/src", "crates/capi-sim/src"] {
         files.extend(rust_files(&Path::new(ROOT).join(krate)));
     }
-    let unsafe_files: Vec<String> = files
+    let mut unsafe_files: Vec<String> = files
         .into_iter()
         .filter(|p| {
             std::fs::read_to_string(p).unwrap().lines().any(|l| {
@@ -120,7 +121,8 @@ fn unsafe_code_lives_in_one_module() {
         })
         .map(|p| relative(&p))
         .collect();
-    assert_eq!(unsafe_files, [ALLOWED], "unsafe outside its module");
+    unsafe_files.sort();
+    assert_eq!(unsafe_files, ALLOWED, "unsafe outside its modules");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! are the ones libvirt documents: `total`, `free`, `buffers`, `cached` (KiB) for memory;
 //! `kernel`, `user`, `idle`, `iowait` (ns, cumulative) for CPU.
 //!
-//! The only module with `unsafe` (a house test keeps it so): two C calls, each with a valid
+//! One of two modules with `unsafe` (a house test keeps it so): two C calls, each with a valid
 //! connection pointer and a buffer of exactly the length libvirt was told.
 #![allow(
     unsafe_code,
