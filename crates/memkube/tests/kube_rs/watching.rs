@@ -314,3 +314,48 @@ async fn lagging_watcher_gets_410() {
         "a lagging watcher must be told 410 instead of silently losing events"
     );
 }
+
+/// Watchers of one event with different views (whole objects, metadata only, a selector that
+/// turns a change into ADDED) each get their own line, however many watch the same view.
+#[tokio::test]
+async fn watchers_of_one_event_get_their_own_view_of_it() {
+    let (_server, client) = setup();
+    let api: Api<Widget> = Api::default_namespaced(client);
+    let params = WatchParams::default().timeout(5);
+    let mut whole = [
+        api.watch(&params, "0").await.unwrap().boxed(),
+        api.watch(&params, "0").await.unwrap().boxed(),
+    ];
+    let mut meta = api.watch_metadata(&params, "0").await.unwrap().boxed();
+    let mut selected = api.watch(&params.clone().labels("sel=yes"), "0").await.unwrap().boxed();
+    api.create(&PostParams::default(), &widget("a", 1)).await.unwrap();
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"sel": "yes"}}, "spec": {"size": 2}})),
+    )
+    .await
+    .unwrap();
+    for s in &mut whole {
+        assert!(matches!(next_event(s).await, WatchEvent::Added(w) if w.spec.size == 1));
+        assert!(matches!(next_event(s).await, WatchEvent::Modified(w) if w.spec.size == 2));
+    }
+    for _ in 0..2 {
+        match next_event(&mut meta).await {
+            WatchEvent::Added(m) | WatchEvent::Modified(m) => {
+                assert_eq!(m.types.as_ref().map(|t| t.kind.as_str()), Some("PartialObjectMetadata"));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // The change that made it match is this watcher's ADDED, with the object as changed.
+    assert!(matches!(next_event(&mut selected).await, WatchEvent::Added(w) if w.spec.size == 2));
+}
+
+async fn next_event<T>(s: &mut futures::stream::BoxStream<'_, kube::Result<WatchEvent<T>>>) -> WatchEvent<T> {
+    tokio::time::timeout(DEADLINE, s.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+}
