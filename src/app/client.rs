@@ -6,6 +6,9 @@
 //! 30 KB each of buffers and channels, 30 MB after such a burst. Between bursts the manager
 //! needs a handful, since watches hold their own. So the pool keeps [`MAX_IDLE_CONNECTIONS`]
 //! and closes the rest as they come back.
+//!
+//! The one layer of kube's stack left out is its per-request `debug` trace span: the
+//! controllers' own errors and conditions name the request that failed.
 
 use std::time::Duration;
 
