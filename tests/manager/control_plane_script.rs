@@ -6,6 +6,7 @@ use std::{
     net::TcpListener,
     path::{Path, PathBuf},
     process::{Command, Output},
+    sync::{Mutex, MutexGuard, PoisonError},
 };
 
 fn script() -> PathBuf {
@@ -29,19 +30,26 @@ fn stderr_line(out: &Output) -> String {
     lines[0].to_owned()
 }
 
-/// A port base whose API port is free now (an ephemeral-range-free base, as the script wants).
-fn free_base() -> u16 {
-    (20_000..30_000)
+/// Held by each test that runs the script on a port base: tests run in parallel, and two that
+/// found the same free base would see each other's ports busy.
+static PORTS: Mutex<()> = Mutex::new(());
+
+/// A port base whose API port is free now (an ephemeral-range-free base, as the script wants),
+/// with the guard that keeps the other tests off it until the test ends.
+fn free_base() -> (u16, MutexGuard<'static, ()>) {
+    let guard = PORTS.lock().unwrap_or_else(PoisonError::into_inner);
+    let base = (20_000..30_000)
         .step_by(97)
         .find(|b| {
             TcpListener::bind(("127.0.0.1", b + 443)).is_ok() && TcpListener::bind(("127.0.0.1", b + 379)).is_ok()
         })
-        .unwrap()
+        .unwrap();
+    (base, guard)
 }
 
 #[test]
 fn a_port_in_use_is_named_and_nothing_starts() {
-    let base = free_base();
+    let (base, _ports) = free_base();
     let _busy = TcpListener::bind(("127.0.0.1", base + 443)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cp = dir.path().join("cp");
@@ -115,7 +123,8 @@ fn a_component_that_cannot_start_is_named_and_stopped() {
         "exit 1",
     );
     let cp = dir.path().join("cp");
-    let base = free_base().to_string();
+    let (base, _ports) = free_base();
+    let base = base.to_string();
     let out = up(
         &cp,
         &[
