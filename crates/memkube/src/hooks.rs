@@ -44,6 +44,18 @@ pub struct Fault {
     pub namespace: Option<String>,
     /// Only this subresource (`status`, ...); None matches the main resource and all subresources.
     pub subresource: Option<String>,
+    /// Only requests of this `Impersonate-User` ("" for clients that send none).
+    pub user: Option<String>,
+    /// Fail one matching request in this many on average (1: each one), as a flaky server
+    /// would: which ones is drawn from a fixed-seed generator, so a run does not lock into a
+    /// client's request pattern and the draws repeat from run to run. The requests that pass
+    /// do not use up `times`.
+    pub one_in: u64,
+    /// The generator's state (xorshift64).
+    draw: u64,
+    /// Carry the request out, then answer with the error: the client cannot tell whether its
+    /// write happened, as when a connection drops before the answer.
+    pub lose_answer: bool,
     /// HTTP code to answer.
     pub code: u16,
     /// Status reason.
@@ -63,6 +75,10 @@ impl Fault {
             name: None,
             namespace: None,
             subresource: None,
+            user: None,
+            one_in: 1,
+            draw: 0x9E37_79B9_7F4A_7C15,
+            lose_answer: false,
             code,
             reason: if code == 500 {
                 "InternalError".into()
@@ -88,6 +104,32 @@ impl Fault {
         self.subresource = Some(s.into());
         self
     }
+    /// Limit to the requests of one client (its `Impersonate-User`, "" for none).
+    pub fn user(mut self, u: &str) -> Self {
+        self.user = Some(u.into());
+        self
+    }
+    /// Fail one matching request in `n` on average (at least 1).
+    pub fn one_in(mut self, n: u64) -> Self {
+        self.one_in = n.max(1);
+        self
+    }
+
+    /// Whether this matching request fails.
+    fn fails_now(&mut self) -> bool {
+        if self.one_in == 1 {
+            return true;
+        }
+        self.draw ^= self.draw << 13;
+        self.draw ^= self.draw >> 7;
+        self.draw ^= self.draw << 17;
+        self.draw.is_multiple_of(self.one_in)
+    }
+    /// Carry the request out and answer with the error all the same.
+    pub fn after_applying(mut self) -> Self {
+        self.lose_answer = true;
+        self
+    }
     /// Status reason.
     pub fn reason(mut self, r: &str) -> Self {
         self.reason = r.into();
@@ -110,6 +152,7 @@ impl Fault {
             && self.name.as_ref().is_none_or(|n| *n == r.name)
             && self.namespace.as_ref().is_none_or(|n| *n == r.namespace)
             && self.subresource.as_ref().is_none_or(|s| *s == r.subresource)
+            && self.user.as_ref().is_none_or(|u| *u == r.user)
     }
 }
 
@@ -138,21 +181,26 @@ impl Hooks {
         }
     }
 
-    /// Count the request and consume a matching fault, if any.
-    pub fn on_request(&mut self, r: &RequestInfo) -> Option<ApiError> {
+    /// Count the request and consume a matching fault, if any: the error to answer with, and
+    /// whether to carry the request out first.
+    pub fn on_request(&mut self, r: &RequestInfo) -> Option<(ApiError, bool)> {
         *self
             .counts
             .entry((r.user.clone(), r.verb.clone(), r.qualified(), r.subresource.clone()))
             .or_default() += 1;
         self.record_authorization(r);
-        let i = self.faults.iter().position(|f| f.times > 0 && f.matches(r))?;
+        let i = self
+            .faults
+            .iter_mut()
+            .position(|f| f.times > 0 && f.matches(r) && f.fails_now())?;
         let f = &mut self.faults[i];
         f.times -= 1;
         let err = ApiError::new(f.code, &f.reason, f.message.clone());
+        let lose_answer = f.lose_answer;
         if f.times == 0 {
             self.faults.remove(i);
         }
-        Some(err)
+        Some((err, lose_answer))
     }
 
     /// Add a fault.
@@ -202,5 +250,51 @@ impl Hooks {
     pub fn reset_counts(&mut self) {
         self.counts.clear();
         self.by_user.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(verb: &str, user: &str) -> RequestInfo {
+        RequestInfo {
+            verb: verb.into(),
+            resource: "secrets".into(),
+            user: user.into(),
+            ..RequestInfo::default()
+        }
+    }
+
+    #[test]
+    fn a_flaky_fault_fails_about_one_request_in_n_until_used_up() {
+        let mut hooks = Hooks::default();
+        hooks.add_fault(Fault::new("get", "secrets", 503).one_in(5).times(1500));
+        let failed = (0..5000)
+            .filter(|_| hooks.on_request(&request("get", "")).is_some())
+            .count();
+        assert!(
+            (850..=1150).contains(&failed),
+            "{failed} of 5000 failed, not about 1000"
+        );
+        let more = (0..10_000)
+            .filter(|_| hooks.on_request(&request("get", "")).is_some())
+            .count();
+        assert_eq!(failed + more, 1500, "then the fault is used up");
+        let other = hooks.on_request(&RequestInfo {
+            resource: "configmaps".into(),
+            ..request("get", "")
+        });
+        assert!(other.is_none(), "another resource is not affected");
+    }
+
+    #[test]
+    fn a_fault_for_one_client_leaves_the_others_alone() {
+        let mut hooks = Hooks::default();
+        hooks.add_fault(Fault::new("*", "*", 429).user("manager").times(usize::MAX));
+        assert!(hooks.on_request(&request("get", "sim")).is_none());
+        assert!(hooks.on_request(&request("get", "")).is_none());
+        let err = hooks.on_request(&request("list", "manager"));
+        assert_eq!(err.map(|(e, lose_answer)| (e.code, lose_answer)), Some((429, false)));
     }
 }

@@ -268,13 +268,16 @@ fn check_watch_options(rv_match: &str, send_initial_events: bool) -> ApiResult<(
 
 /// The single fallback handler.
 pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    match handle_inner(shared, req).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
+    let mut lost_answer = None;
+    let answer = handle_inner(shared, req, &mut lost_answer).await;
+    match (lost_answer, answer) {
+        (Some(e), _) | (None, Err(e)) => e.into_response(),
+        (None, Ok(r)) => r,
     }
 }
 
-async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> {
+/// Serve `req`; a fault that lets the request be carried out leaves its error in `lost_answer`.
+async fn handle_inner(shared: Arc<Shared>, req: Request, lost_answer: &mut Option<ApiError>) -> ApiResult<Response> {
     let latency = shared.hooks().latency;
     if let Some(d) = latency {
         tokio::time::sleep(d).await;
@@ -354,8 +357,10 @@ async fn handle_inner(shared: Arc<Shared>, req: Request) -> ApiResult<Response> 
         )
         .to_string(),
     };
-    if let Some(err) = shared.hooks().on_request(&ri) {
-        return Err(err);
+    match shared.hooks().on_request(&ri) {
+        Some((err, true)) => *lost_answer = Some(err),
+        Some((err, false)) => return Err(err),
+        None => {}
     }
     let bytes = axum::body::to_bytes(body, MAX_BODY)
         .await
