@@ -130,12 +130,13 @@ fn current_lease(secret: &Secret, access: &Access) -> Option<Lease> {
     if kubeconfig::render(access, &token).as_bytes() != value.as_slice() {
         return None;
     }
-    let issued_at = timestamp(secret, ISSUED_AT_ANNOTATION)?;
-    let expires_at = timestamp(secret, EXPIRES_AT_ANNOTATION)?;
-    (issued_at < expires_at).then_some(Lease {
+    // Kept even when it seems to expire before it was minted: a manager clock ahead of the API
+    // server's by more than the token's lifetime. `decide` still keeps it for a while, where
+    // dropping it would mint again at every watch event of the Secret just written.
+    Some(Lease {
         token,
-        issued_at,
-        expires_at,
+        issued_at: timestamp(secret, ISSUED_AT_ANNOTATION)?,
+        expires_at: timestamp(secret, EXPIRES_AT_ANNOTATION)?,
     })
 }
 
@@ -155,15 +156,17 @@ pub enum Decision {
     Mint,
 }
 
-/// Decide from what exists, at `now`.
+/// Decide from what exists, at `now`. A token is kept until its renewal, and in any case for
+/// [`MIN_RENEW_DELAY`] after it was minted.
 #[must_use]
 pub fn decide(existing: Existing, now: DateTime<Utc>) -> Decision {
+    let min_age = chrono::Duration::from_std(MIN_RENEW_DELAY).unwrap_or_default();
     match existing {
         Existing::Foreign => Decision::LeaveForeign,
         Existing::Ours {
             lease: Some(lease),
             metadata_current,
-        } if now < lease.renew_at() => Decision::Keep {
+        } if now < lease.renew_at().max(lease.issued_at + min_age) => Decision::Keep {
             lease,
             rewrite: !metadata_current,
         },

@@ -190,6 +190,32 @@ fn mint_when_absent_unreadable_or_due() {
     assert_eq!(decide(current(), at("2026-01-01T16:00:00Z")), Decision::Mint);
 }
 
+/// A manager clock three days ahead of the API server's: every token it mints seems to have
+/// expired before it was issued. It is kept for the minimum delay all the same; minting anew at
+/// once would loop on the watch event of the Secret just written.
+#[test]
+fn a_token_minted_under_clock_skew_is_kept_for_the_minimum_delay() {
+    let skewed = Lease {
+        issued_at: at("2026-01-04T00:00:00Z"),
+        ..lease()
+    };
+    let existing = classify(&secret(&owner(), "spot", &access(), &skewed));
+    assert_eq!(
+        decide(existing.clone(), at("2026-01-04T00:00:29Z")),
+        Decision::Keep {
+            lease: skewed.clone(),
+            rewrite: false
+        }
+    );
+    assert_eq!(decide(existing, at("2026-01-04T00:00:30Z")), Decision::Mint);
+    let maintained = Outcome::Maintained {
+        secret: "spot-kubeconfig".into(),
+        access: access(),
+        lease: skewed,
+    };
+    assert_eq!(requeue(&maintained, at("2026-01-04T00:00:01Z")), Some(MIN_RENEW_DELAY));
+}
+
 #[test]
 fn requeue_exactly_at_the_renewal_and_never_hot() {
     let maintained = Outcome::Maintained {
