@@ -7,13 +7,10 @@
 
 use std::{net::IpAddr, sync::Arc};
 
-use k8s_openapi::{
-    api::{certificates::v1::CertificateSigningRequest, core::v1::Node},
-    jiff::SignedDuration,
-};
+use k8s_openapi::{api::certificates::v1::CertificateSigningRequest, jiff::SignedDuration};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{PartialObjectMeta, Patch, PatchParams},
+    api::{Patch, PatchParams},
     runtime::{
         controller::{Action, Controller},
         events::EventType,
@@ -114,14 +111,13 @@ async fn apply(csr: &CertificateSigningRequest, state: &State) -> Result<Action,
     };
     let machine = machine_of(&state.machines, &node);
     let node_provider_id = match &machine {
-        Some(_) => {
-            let nodes: Api<Node> = Api::all(state.ctx.client.clone());
-            nodes
-                .get_opt(&node)
-                .await
-                .map_err(ApiError::read(format!("Node {node}")))?
-                .map(|n| n.spec.and_then(|s| s.provider_id).unwrap_or_default())
-        }
+        Some(_) => state
+            .ctx
+            .caches
+            .nodes
+            .get_cluster_scoped(&node)
+            .await
+            .map(|n| n.spec.as_ref().and_then(|s| s.provider_id.clone()).unwrap_or_default()),
         None => None,
     };
     let facts = machine.as_deref().map(|m| facts(m, node_provider_id));
@@ -188,7 +184,6 @@ pub async fn run(
     );
     let csrs = controller.store();
     let (by_machine, by_node) = (csrs.clone(), csrs.clone());
-    let nodes: Api<PartialObjectMeta<Node>> = Api::all(ctx.client.clone());
     let controller = controller
         .watches(
             ctx.watched_api::<LibvirtMachine>(),
@@ -200,9 +195,7 @@ pub async fn run(
                     .unwrap_or_default()
             },
         )
-        .watches(nodes, watcher::Config::default(), move |n| {
-            csrs_for(&by_node, &n.name_any())
-        })
+        .watches_shared_stream(ctx.caches.nodes.subscribe(), move |n| csrs_for(&by_node, &n.name_any()))
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let state = Arc::new(State {
         ctx: ctx.clone(),

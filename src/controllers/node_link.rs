@@ -7,17 +7,19 @@
 //! Cluster API's label sync, an administrator) are left alone. A Node whose provider ID names
 //! another machine is never touched (Warning Event `NodeProviderIDMismatch`).
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex, PoisonError},
+};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Resource, ResourceExt,
-    api::{PartialObjectMeta, Patch, PatchParams},
+    api::{Patch, PatchParams},
     runtime::{
         controller::Action,
         events::EventType,
         reflector::{ObjectRef, Store},
-        watcher,
     },
 };
 use tokio_util::sync::CancellationToken;
@@ -68,27 +70,48 @@ pub fn metadata_patch(
     })
 }
 
-async fn reconcile(machine: Arc<LibvirtMachine>, ctx: Arc<Context>) -> Result<Action, Error> {
-    apply(&machine, &ctx).await
+/// Whether `node` carries every label and annotation of the spec, with the spec's values.
+#[must_use]
+pub fn carries(node: &Node, labels: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>) -> bool {
+    let has = |current: &BTreeMap<String, String>, wanted: &BTreeMap<String, String>| {
+        wanted.iter().all(|(k, v)| current.get(k) == Some(v))
+    };
+    has(node.labels(), labels) && has(node.annotations(), annotations)
 }
 
-async fn apply(machine: &LibvirtMachine, ctx: &Context) -> Result<Action, Error> {
+/// The context, and the body last applied to each Node: a Node that carries it is not written
+/// again at every change of its machine (a status write, another writer's annotation).
+struct State {
+    ctx: Arc<Context>,
+    applied: Mutex<HashMap<String, serde_json::Value>>,
+}
+
+impl State {
+    fn applied(&self) -> std::sync::MutexGuard<'_, HashMap<String, serde_json::Value>> {
+        self.applied.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+async fn reconcile(machine: Arc<LibvirtMachine>, state: Arc<State>) -> Result<Action, Error> {
+    apply(&machine, &state).await
+}
+
+async fn apply(machine: &LibvirtMachine, state: &State) -> Result<Action, Error> {
+    let ctx = &state.ctx;
     let status = machine.status.clone().unwrap_or_default();
     let (Some(node_name), Some(provider_id)) = (status.node_name.as_deref(), machine.spec.provider_id.as_deref())
     else {
         return Ok(Action::await_change());
     };
     if !status.ready || machine.metadata.deletion_timestamp.is_some() {
+        state.applied().remove(node_name);
         return Ok(Action::await_change());
     }
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let Some(node) = nodes
-        .get_opt(node_name)
-        .await
-        .map_err(ApiError::read(format!("Node {node_name}")))?
-    else {
+    let Some(node) = ctx.caches.nodes.get_cluster_scoped(node_name).await else {
+        state.applied().remove(node_name);
         return Ok(Action::await_change());
     };
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
     let current = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
     match link(current, provider_id) {
         Link::Mismatch(other) => {
@@ -125,7 +148,11 @@ async fn apply(machine: &LibvirtMachine, ctx: &Context) -> Result<Action, Error>
         }
         Link::AlreadyLinked => {}
     }
-    let patch = metadata_patch(node_name, &machine.spec.node_labels, &machine.spec.node_annotations);
+    let (labels, annotations) = (&machine.spec.node_labels, &machine.spec.node_annotations);
+    let patch = metadata_patch(node_name, labels, annotations);
+    if state.applied().get(node_name) == Some(&patch) && carries(&node, labels, annotations) {
+        return Ok(Action::await_change());
+    }
     nodes
         .patch(
             node_name,
@@ -134,6 +161,7 @@ async fn apply(machine: &LibvirtMachine, ctx: &Context) -> Result<Action, Error>
         )
         .await
         .map_err(ApiError::write(format!("the labels of Node {node_name}")))?;
+    state.applied().insert(node_name.to_owned(), patch);
     Ok(Action::await_change())
 }
 
@@ -148,13 +176,16 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
     let controller = Context::shared_controller(&ctx.caches.libvirt_machines);
     let store = controller.store();
     let by_node = store.clone();
-    let nodes: Api<PartialObjectMeta<Node>> = Api::all(ctx.client.clone());
     let controller = controller
-        .watches(nodes, watcher::Config::default(), move |n| {
+        .watches_shared_stream(ctx.caches.nodes.subscribe(), move |n| {
             machines_for_node(&by_node, &n.name_any())
         })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
-    drive_cached(controller, NAME, readiness, reconcile, ctx.clone(), &ctx).await;
+    let state = Arc::new(State {
+        ctx: ctx.clone(),
+        applied: Mutex::default(),
+    });
+    drive_cached(controller, NAME, readiness, reconcile, state, &ctx).await;
 }
 
 #[cfg(test)]
@@ -170,6 +201,27 @@ mod tests {
             link(Some("aws:///x"), "libvirt:///a"),
             Link::Mismatch("aws:///x".to_owned())
         );
+    }
+
+    #[test]
+    fn a_node_carries_the_spec_only_with_every_key_and_value() {
+        let node = |labels: serde_json::Value| -> Node {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n", "labels": labels,
+                "annotations": {"a": "1", "other": "x"}}}))
+            .unwrap()
+        };
+        let labels = BTreeMap::from([("role".to_owned(), "spot".to_owned())]);
+        let annotations = BTreeMap::from([("a".to_owned(), "1".to_owned())]);
+        let current = node(serde_json::json!({"role": "spot", "kubernetes.io/hostname": "n"}));
+        assert!(carries(&current, &labels, &annotations), "others' keys do not matter");
+        assert!(!carries(
+            &node(serde_json::json!({"role": "db"})),
+            &labels,
+            &annotations
+        ));
+        assert!(!carries(&node(serde_json::json!({})), &labels, &annotations));
+        let more = BTreeMap::from([("b".to_owned(), "2".to_owned())]);
+        assert!(!carries(&current, &labels, &more));
     }
 
     #[test]

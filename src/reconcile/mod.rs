@@ -250,6 +250,9 @@ pub struct SharedCaches {
     /// The metadata of every Secret in the watched namespaces (metadata-only requests): what
     /// Secrets exist, whom they belong to and their `resourceVersion`, never their contents.
     pub secrets: SharedCache<kube::api::PartialObjectMeta<k8s_openapi::api::core::v1::Secret>>,
+    /// Every Node, of its status only the conditions: read by 5-Spot (cordon, taints, drain),
+    /// the Node linker and the CSR approver, and followed by all three.
+    pub nodes: SharedCache<k8s_openapi::api::core::v1::Node>,
 }
 
 impl SharedCaches {
@@ -274,6 +277,7 @@ impl SharedCaches {
             libvirt_hosts: SharedCache::new(scoped(client, namespace), ()),
             libvirt_machines: SharedCache::new(scoped(client, namespace), ()),
             secrets: SharedCache::new(scoped(client, namespace), ()),
+            nodes: SharedCache::projected(Api::all(client.clone()), (), shared_cache::project_node),
         }
     }
 }

@@ -86,6 +86,13 @@ where
             .get(&ObjectRef::new_with(name, self.dyntype.clone()).within(namespace))
     }
 
+    /// The cached cluster-scoped object `name`, once the first list has filled the store.
+    pub async fn get_cluster_scoped(&self, name: &str) -> Option<Arc<K>> {
+        self.synced_store()
+            .await
+            .get(&ObjectRef::new_with(name, self.dyntype.clone()))
+    }
+
     /// Every object that changes from now on (or is deleted), once the store has the change.
     /// A subscriber that stops polling only holds memory; it never holds up the others.
     pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
@@ -136,6 +143,17 @@ pub(crate) fn trim<K: Resource>(obj: &mut K) {
     obj.annotations_mut().remove(LAST_APPLIED);
 }
 
+/// Of a Node's status keep only the conditions (whether it is Ready): its images, volumes and
+/// system facts are most of its size and no controller reads them.
+pub(crate) fn project_node(node: &mut k8s_openapi::api::core::v1::Node) {
+    if let Some(status) = &mut node.status {
+        *status = k8s_openapi::api::core::v1::NodeStatus {
+            conditions: status.conditions.take(),
+            ..Default::default()
+        };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,6 +174,28 @@ mod tests {
         assert!(cm.managed_fields().is_empty());
         assert_eq!(cm.annotations().keys().collect::<Vec<_>>(), ["keep"]);
         assert_eq!(cm.data.unwrap()["k"], "v");
+    }
+
+    #[test]
+    fn a_cached_node_keeps_its_spec_metadata_and_conditions_only() {
+        let mut node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "w1", "annotations": {"a": "b"}},
+            "spec": {"providerID": "libvirt:///x", "unschedulable": true},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "images": [{"names": ["quay.io/a@sha256:0"], "sizeBytes": 1}],
+                "nodeInfo": {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
+                    "kubeProxyVersion": "", "kubeletVersion": "", "machineID": "", "operatingSystem": "linux",
+                    "osImage": "", "systemUUID": ""}
+            }
+        }))
+        .unwrap();
+        project_node(&mut node);
+        let status = node.status.unwrap();
+        assert_eq!(status.conditions.unwrap()[0].type_, "Ready");
+        assert!(status.images.is_none() && status.node_info.is_none());
+        assert_eq!(node.spec.unwrap().provider_id.as_deref(), Some("libvirt:///x"));
+        assert_eq!(node.metadata.annotations.unwrap()["a"], "b");
     }
 
     #[cfg(feature = "sandbox")]

@@ -24,7 +24,6 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Resource, ResourceExt,
     api::DynamicObject,
@@ -32,7 +31,6 @@ use kube::{
         controller::Action as Requeue,
         events::EventType,
         reflector::{ObjectRef, Store},
-        watcher,
     },
 };
 use tokio_util::sync::CancellationToken;
@@ -391,26 +389,21 @@ pub async fn run(ctx: Arc<Context>, readiness: Readiness, shutdown: Cancellation
             },
             ctx.capi.machine(),
         )
-        .watches(
-            Api::<Node>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            move |node| {
-                let node_name = node.name_any();
-                by_node
-                    .state()
-                    .into_iter()
-                    // The label first: the cache holds every Machine, and decoding costs more.
-                    .filter_map(|m| {
-                        let owner = m.labels().get(objects::SCHEDULED_MACHINE_LABEL)?.clone();
-                        let linked = MachineView::decode(&m, capi)
-                            .is_ok_and(|v| v.node_name.as_deref() == Some(node_name.as_str()));
-                        linked.then(|| {
-                            ObjectRef::<ScheduledMachine>::new(&owner).within(&m.namespace().unwrap_or_default())
-                        })
-                    })
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_shared_stream(ctx.caches.nodes.subscribe(), move |node| {
+            let node_name = node.name_any();
+            by_node
+                .state()
+                .into_iter()
+                // The label first: the cache holds every Machine, and decoding costs more.
+                .filter_map(|m| {
+                    let owner = m.labels().get(objects::SCHEDULED_MACHINE_LABEL)?.clone();
+                    let linked =
+                        MachineView::decode(&m, capi).is_ok_and(|v| v.node_name.as_deref() == Some(node_name.as_str()));
+                    linked
+                        .then(|| ObjectRef::<ScheduledMachine>::new(&owner).within(&m.namespace().unwrap_or_default()))
+                })
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(shutdown.clone().cancelled_owned());
     let hosts = if libvirt_hosts_served(&ctx).await {
         // The shared cache's stream wakes reclaimed ScheduledMachines after the cache has the

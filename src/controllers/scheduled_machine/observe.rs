@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, ResourceExt,
     api::{DynamicObject, ListParams},
@@ -281,8 +281,7 @@ async fn node_seen(
     name: &str,
     wanted_active: bool,
 ) -> Result<Option<NodeSeen>, Error> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let Some(node) = nodes.get_opt(node_name).await.map_err(ApiError::read("Node"))? else {
+    let Some(node) = ctx.caches.nodes.get_cluster_scoped(node_name).await else {
         return Ok(None);
     };
     let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
@@ -309,7 +308,7 @@ async fn node_seen(
                 .map(String::as_str),
         ),
         resource_version: node.resource_version(),
-        taints: node.spec.and_then(|s| s.taints).unwrap_or_default(),
+        taints: node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default(),
         ready,
         cordoned,
         cordoned_by_us,
