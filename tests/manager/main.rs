@@ -7,6 +7,7 @@
     reason = "test helpers fail the test on any error"
 )]
 
+mod api_faults;
 mod cli;
 mod clusterctl_move;
 mod control_plane_script;

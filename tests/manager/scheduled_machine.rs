@@ -61,7 +61,7 @@ pub(crate) fn libvirt_machines(client: &Client) -> Api<DynamicObject> {
     )
 }
 
-fn ignition_configs(client: &Client) -> Api<DynamicObject> {
+pub(crate) fn ignition_configs(client: &Client) -> Api<DynamicObject> {
     Api::namespaced_with(
         client.clone(),
         "default",
