@@ -307,6 +307,8 @@ async fn main() {
     tokio::time::sleep(until_edge.saturating_sub(Duration::from_secs(3))).await;
     plane.reset_counts();
     let cpu_before = (cpu_seconds(child.id()), cpu_seconds(std::process::id()));
+    let components = plane.components();
+    let components_before: Vec<f64> = components.iter().map(|(_, pid)| cpu_seconds(*pid)).collect();
     tokio::time::sleep((edge - Utc::now()).to_std().unwrap_or_default()).await;
     let all_machines = wait("all Machines", Duration::from_secs(300), &mut seen, |s| {
         s.machines == COUNT
@@ -315,6 +317,16 @@ async fn main() {
     let all_active = wait("all Active", Duration::from_secs(300), &mut seen, |s| {
         s.in_phase("Active") == COUNT
     })
+    .await;
+    // The opening is over once every LibvirtMachine reports the wait it stays in (its host
+    // never becomes ready) and the manager has gone quiet: a pause in the manager's requests
+    // alone may only be it waiting on Cluster API core.
+    wait(
+        "all LibvirtMachines waiting for their host",
+        Duration::from_secs(300),
+        &mut seen,
+        |s| s.reporting("WaitingForHost") == COUNT,
+    )
     .await;
     let settled = settle(&plane, Duration::from_secs(300)).await;
     let manager_cpu = cpu_seconds(child.id()) - cpu_before.0;
@@ -327,6 +339,9 @@ async fn main() {
         },
         cpu_seconds(std::process::id()) - cpu_before.1
     );
+    for ((name, pid), before) in components.iter().zip(components_before) {
+        println!("  CPU of {name} for the opening: {:.1} s", cpu_seconds(*pid) - before);
+    }
     println!(
         "window edge -> all {COUNT} Machines exist: {:.2}s; -> all Active: {:.2}s (after the Machines); \
          the manager quiet again {:.1}s later",

@@ -36,6 +36,7 @@ pub enum Plane {
         manager_kubeconfig: PathBuf,
         api_url: String,
         audit: Mutex<AuditCounts>,
+        dir: PathBuf,
     },
 }
 
@@ -84,6 +85,7 @@ impl Plane {
             manager_kubeconfig: dir.join("manager.kubeconfig"),
             api_url: std::env::var("CAPLV_CP_API_URL").expect("CAPLV_CP_API_URL"),
             audit: Mutex::new(AuditCounts::new(dir.join("audit.log"))),
+            dir,
         }
     }
 
@@ -164,6 +166,24 @@ impl Plane {
             Self::Memkube { server, .. } => server.request_counts(),
             Self::Genuine { audit, .. } => audit.lock().unwrap().all(),
         }
+    }
+
+    /// The control plane's processes by name (etcd, kube-apiserver, Cluster API core...), whose
+    /// CPU time tells where an opening's time went; none on memkube, which runs in this process.
+    pub fn components(&self) -> Vec<(String, u32)> {
+        let Self::Genuine { dir, .. } = self else {
+            return Vec::new();
+        };
+        let mut found: Vec<(String, u32)> = std::fs::read_dir(dir.join("pids"))
+            .expect("the control plane's pids")
+            .filter_map(Result::ok)
+            .filter_map(|entry| {
+                let pid = std::fs::read_to_string(entry.path()).ok()?.trim().parse().ok()?;
+                Some((entry.file_name().to_string_lossy().into_owned(), pid))
+            })
+            .collect();
+        found.sort();
+        found
     }
 
     pub fn reset_counts(&self) {

@@ -1,21 +1,27 @@
-//! What the bench waits on: the Machines and the ScheduledMachines' phases, kept current by
-//! watches of its own.
+//! What the bench waits on: the Machines, the ScheduledMachines' phases and the reasons the
+//! LibvirtMachines report, kept current by watches of its own.
 
 use std::{collections::BTreeMap, time::Duration, time::Instant};
 
 use kube::Api;
 
-/// What the bench waits on, kept current by two watches, so waiting costs the server nothing
+/// What the bench waits on, kept current by watches, so waiting costs the server nothing
 /// beyond the events it sends anyway (listing 1000 objects every 100 ms would).
 #[derive(Clone, Default)]
 pub struct Seen {
     pub machines: usize,
     pub phases: BTreeMap<String, String>,
+    /// The reason of each LibvirtMachine's `Ready` condition, once it reports one.
+    pub ready_reasons: BTreeMap<String, String>,
 }
 
 impl Seen {
     pub fn in_phase(&self, phase: &str) -> usize {
         self.phases.values().filter(|p| *p == phase).count()
+    }
+
+    pub fn reporting(&self, reason: &str) -> usize {
+        self.ready_reasons.values().filter(|r| *r == reason).count()
     }
 }
 
@@ -57,6 +63,19 @@ pub fn probe(client: &kube::Client) -> tokio::sync::watch::Receiver<Seen> {
     on_each(machines, move |m| {
         if seen.insert(m.metadata.name.unwrap_or_default()) {
             names.send_modify(|s| s.machines = seen.len());
+        }
+    });
+    let reasons = tx.clone();
+    let lms: Api<caplv::api::LibvirtMachine> = Api::namespaced(client.clone(), "default");
+    on_each(lms, move |lm| {
+        let reason = lm
+            .status
+            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.reason);
+        if let Some(reason) = reason {
+            reasons.send_modify(|s| {
+                s.ready_reasons.insert(lm.metadata.name.unwrap_or_default(), reason);
+            });
         }
     });
     let sms: Api<caplv::api::ScheduledMachine> = Api::namespaced(client.clone(), "default");
