@@ -34,7 +34,7 @@ impl RequestInfo {
 /// Fail the next `times` requests matching verb + resource (+ name/namespace/subresource).
 #[derive(Debug, Clone)]
 pub struct Fault {
-    /// Verb or `*`.
+    /// Verb, `write` (create, update, patch, delete, deletecollection) or `*`.
     pub verb: String,
     /// `plural` or `plural.group` (or `*`).
     pub resource: String,
@@ -53,9 +53,11 @@ pub struct Fault {
     pub one_in: u64,
     /// The generator's state (xorshift64).
     draw: u64,
-    /// Carry the request out, then answer with the error: the client cannot tell whether its
-    /// write happened, as when a connection drops before the answer.
-    pub lose_answer: bool,
+    /// What the server does with a failed request: refuse it, or carry it out and then answer
+    /// with the error or not at all.
+    pub mode: FaultMode,
+    /// Matching requests to let through before the fault applies (the step to fail at).
+    pub skip: usize,
     /// HTTP code to answer.
     pub code: u16,
     /// Status reason.
@@ -78,7 +80,8 @@ impl Fault {
             user: None,
             one_in: 1,
             draw: 0x9E37_79B9_7F4A_7C15,
-            lose_answer: false,
+            mode: FaultMode::Refuse,
+            skip: 0,
             code,
             reason: if code == 500 {
                 "InternalError".into()
@@ -115,6 +118,15 @@ impl Fault {
         self
     }
 
+    /// Whether the requests to let through are used up (counting this one off if not).
+    fn passes_skip(&mut self) -> bool {
+        if self.skip == 0 {
+            return true;
+        }
+        self.skip -= 1;
+        false
+    }
+
     /// Whether this matching request fails.
     fn fails_now(&mut self) -> bool {
         if self.one_in == 1 {
@@ -127,7 +139,18 @@ impl Fault {
     }
     /// Carry the request out and answer with the error all the same.
     pub fn after_applying(mut self) -> Self {
-        self.lose_answer = true;
+        self.mode = FaultMode::LoseAnswer;
+        self
+    }
+    /// Carry the request out and never answer: the client waits until it dies, so a test can
+    /// kill it right after a given write.
+    pub fn hang_after_applying(mut self) -> Self {
+        self.mode = FaultMode::Hang;
+        self
+    }
+    /// Let the first `n` matching requests through.
+    pub fn skip(mut self, n: usize) -> Self {
+        self.skip = n;
         self
     }
     /// Status reason.
@@ -147,13 +170,38 @@ impl Fault {
     }
 
     fn matches(&self, r: &RequestInfo) -> bool {
-        (self.verb == "*" || self.verb == r.verb)
+        let write = matches!(
+            r.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        );
+        (self.verb == "*" || self.verb == r.verb || (self.verb == "write" && write))
             && (self.resource == "*" || self.resource == r.resource || self.resource == r.qualified())
             && self.name.as_ref().is_none_or(|n| *n == r.name)
             && self.namespace.as_ref().is_none_or(|n| *n == r.namespace)
             && self.subresource.as_ref().is_none_or(|s| *s == r.subresource)
             && self.user.as_ref().is_none_or(|u| *u == r.user)
     }
+}
+
+/// What a fault does with the request it fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultMode {
+    /// Answer with the error; nothing happens.
+    Refuse,
+    /// Carry the request out, then answer with the error: the client cannot tell whether its
+    /// write happened, as when a connection drops before the answer.
+    LoseAnswer,
+    /// Carry the request out and never answer.
+    Hang,
+}
+
+/// A fault that applies to a request: its error and what to do with the request.
+#[derive(Debug)]
+pub struct Injected {
+    /// The error answered (unused when hanging).
+    pub error: ApiError,
+    /// What the server does.
+    pub mode: FaultMode,
 }
 
 /// Mutable hook state (behind its own lock).
@@ -181,9 +229,8 @@ impl Hooks {
         }
     }
 
-    /// Count the request and consume a matching fault, if any: the error to answer with, and
-    /// whether to carry the request out first.
-    pub fn on_request(&mut self, r: &RequestInfo) -> Option<(ApiError, bool)> {
+    /// Count the request and consume a matching fault, if any.
+    pub fn on_request(&mut self, r: &RequestInfo) -> Option<Injected> {
         *self
             .counts
             .entry((r.user.clone(), r.verb.clone(), r.qualified(), r.subresource.clone()))
@@ -192,20 +239,25 @@ impl Hooks {
         let i = self
             .faults
             .iter_mut()
-            .position(|f| f.times > 0 && f.matches(r) && f.fails_now())?;
+            .position(|f| f.times > 0 && f.matches(r) && f.passes_skip() && f.fails_now())?;
         let f = &mut self.faults[i];
         f.times -= 1;
         let err = ApiError::new(f.code, &f.reason, f.message.clone());
-        let lose_answer = f.lose_answer;
+        let mode = f.mode;
         if f.times == 0 {
             self.faults.remove(i);
         }
-        Some((err, lose_answer))
+        Some(Injected { error: err, mode })
     }
 
     /// Add a fault.
     pub fn add_fault(&mut self, f: Fault) {
         self.faults.push(f);
+    }
+
+    /// Faults not used up yet.
+    pub fn pending_faults(&self) -> usize {
+        self.faults.len()
     }
 
     /// Remove all faults.
@@ -295,6 +347,20 @@ mod tests {
         assert!(hooks.on_request(&request("get", "sim")).is_none());
         assert!(hooks.on_request(&request("get", "")).is_none());
         let err = hooks.on_request(&request("list", "manager"));
-        assert_eq!(err.map(|(e, lose_answer)| (e.code, lose_answer)), Some((429, false)));
+        assert_eq!(err.map(|i| (i.error.code, i.mode)), Some((429, FaultMode::Refuse)));
+    }
+
+    #[test]
+    fn a_fault_can_wait_for_the_nth_matching_request() {
+        let mut hooks = Hooks::default();
+        hooks.add_fault(Fault::new("create", "*", 500).skip(2).hang_after_applying());
+        let seen: Vec<Option<FaultMode>> = (0..4)
+            .map(|_| hooks.on_request(&request("create", "")).map(|i| i.mode))
+            .collect();
+        assert_eq!(seen, [None, None, Some(FaultMode::Hang), None]);
+        assert_eq!(hooks.pending_faults(), 0);
+        hooks.add_fault(Fault::new("write", "*", 500));
+        assert!(hooks.on_request(&request("get", "")).is_none(), "a read is no write");
+        assert!(hooks.on_request(&request("delete", "")).is_some());
     }
 }

@@ -171,6 +171,6 @@ mod table;
 mod token;
 mod watch;
 
-pub use hooks::{Fault, RequestInfo};
+pub use hooks::{Fault, FaultMode, RequestInfo};
 pub use server::{Config, Server, kubeconfig_yaml};
 pub use status::ApiError;

@@ -4,7 +4,7 @@
 
 use crate::discovery;
 use crate::gc::DeleteOpts;
-use crate::hooks::RequestInfo;
+use crate::hooks::{FaultMode, Injected, RequestInfo};
 use crate::ops::{PatchType, WriteOpts, present};
 use crate::selectors::{FieldSelector, LabelSelector, Selectors};
 use crate::server::Shared;
@@ -268,16 +268,22 @@ fn check_watch_options(rv_match: &str, send_initial_events: bool) -> ApiResult<(
 
 /// The single fallback handler.
 pub async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
-    let mut lost_answer = None;
-    let answer = handle_inner(shared, req, &mut lost_answer).await;
-    match (lost_answer, answer) {
-        (Some(e), _) | (None, Err(e)) => e.into_response(),
+    let mut after = None;
+    let answer = handle_inner(shared, req, &mut after).await;
+    match (after, answer) {
+        (
+            Some(Injected {
+                mode: FaultMode::Hang, ..
+            }),
+            _,
+        ) => std::future::pending().await,
+        (Some(Injected { error, .. }), _) | (None, Err(error)) => error.into_response(),
         (None, Ok(r)) => r,
     }
 }
 
-/// Serve `req`; a fault that lets the request be carried out leaves its error in `lost_answer`.
-async fn handle_inner(shared: Arc<Shared>, req: Request, lost_answer: &mut Option<ApiError>) -> ApiResult<Response> {
+/// Serve `req`; a fault that lets the request be carried out is left in `after`.
+async fn handle_inner(shared: Arc<Shared>, req: Request, after: &mut Option<Injected>) -> ApiResult<Response> {
     let latency = shared.hooks().latency;
     if let Some(d) = latency {
         tokio::time::sleep(d).await;
@@ -358,9 +364,11 @@ async fn handle_inner(shared: Arc<Shared>, req: Request, lost_answer: &mut Optio
         .to_string(),
     };
     match shared.hooks().on_request(&ri) {
-        Some((err, true)) => *lost_answer = Some(err),
-        Some((err, false)) => return Err(err),
-        None => {}
+        Some(Injected {
+            error,
+            mode: FaultMode::Refuse,
+        }) => return Err(error),
+        injected => *after = injected,
     }
     let bytes = axum::body::to_bytes(body, MAX_BODY)
         .await

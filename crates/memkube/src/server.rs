@@ -176,6 +176,11 @@ impl Server {
         self.shared.hooks().add_fault(f);
     }
 
+    /// How many injected faults are not used up yet.
+    pub fn pending_faults(&self) -> usize {
+        self.shared.hooks().pending_faults()
+    }
+
     /// Remove all pending faults.
     pub fn clear_faults(&self) {
         self.shared.hooks().clear_faults();
