@@ -100,6 +100,7 @@ impl ManagerConfig {
                 workload_api_server: workload_api_server.clone(),
                 workload_token_lifetime: Duration::from_secs(workload_token_lifetime_minutes * 60),
                 api_server_ca: None,
+                first_wait_grace: crate::reconcile::FIRST_WAIT_GRACE,
             },
             leader,
             probe: Arc::new(TcpProbe {

@@ -76,6 +76,9 @@ pub struct Settings {
     /// The CA bundle (PEM) the manager trusts for its API server, written into those
     /// kubeconfigs. `None` when its client configuration names none (system roots apply).
     pub api_server_ca: Option<String>,
+    /// How long a new LibvirtMachine's expected first waits (for its owner, its bootstrap data,
+    /// its host) go unreported: in a burst they end on their own, and each report is a write.
+    pub first_wait_grace: Duration,
 }
 
 impl Default for Settings {
@@ -94,9 +97,15 @@ impl Default for Settings {
             workload_api_server: None,
             workload_token_lifetime: Duration::from_secs(24 * 60 * 60),
             api_server_ca: None,
+            first_wait_grace: FIRST_WAIT_GRACE,
         }
     }
 }
+
+/// The default [`Settings::first_wait_grace`]: a thousand windows opening at once on a small
+/// genuine control plane take about 17 s to have every Machine, and the owner and bootstrap
+/// data follow within seconds.
+pub const FIRST_WAIT_GRACE: Duration = Duration::from_secs(30);
 
 /// Everything a reconcile needs; one per manager, shared by every controller.
 pub struct Context {

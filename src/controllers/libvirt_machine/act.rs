@@ -39,10 +39,17 @@ pub(super) async fn act(
         claim(machine, state, &id.provider_id).await?;
     }
     match decision.step {
-        Step::Wait(wait) => Ok(match unreported_for(machine, &wait, &state.ctx.wall_time()) {
-            Some(left) => unreported(machine, left),
-            None => waiting(machine, wait, &now),
-        }),
+        Step::Wait(wait) => Ok(
+            match unreported_for(
+                machine,
+                &wait,
+                &state.ctx.wall_time(),
+                state.ctx.settings.first_wait_grace,
+            ) {
+                Some(left) => unreported(machine, left),
+                None => waiting(machine, wait, &now),
+            },
+        ),
         Step::Pause => Ok(paused(machine, &now)),
         Step::Watch { host, owner_deleting } => watch::check(machine, state, id, &host, owner_deleting).await,
         Step::Claim { cluster, claims } => {

@@ -70,21 +70,24 @@ pub(super) fn waiting(machine: &LibvirtMachine, wait: Wait, now: &Time) -> Outco
     }
 }
 
-/// How long a new machine's expected first waits go unreported. The Machine and the bootstrap
-/// config are created together with it (by a MachineSet, by 5-Spot), so waiting for the owner,
-/// the bootstrap data or the host usually ends within seconds, even in a burst of a thousand: reporting each wait
-/// would cost every new machine a status write or two that no one reads.
-const FIRST_WAIT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// How much longer `wait` goes unreported, if it does: while a machine without any status yet
-/// is younger than [`FIRST_WAIT_GRACE`] and waits for its owner, its bootstrap data or its host.
-/// `wall` is now on the API server's timeline, like `creationTimestamp`.
-pub(super) fn unreported_for(machine: &LibvirtMachine, wait: &Wait, wall: &Time) -> Option<std::time::Duration> {
+/// is younger than `grace` and waits for its owner, its bootstrap data (named, or not yet in
+/// the cache) or its host. The Machine and the bootstrap config are created together with it
+/// (by a MachineSet, by 5-Spot), so these waits usually end within seconds, even in a burst of a
+/// thousand: reporting each would cost every new machine a status write or two that no one
+/// reads. `wall` is now on the API server's timeline, like `creationTimestamp`.
+pub(super) fn unreported_for(
+    machine: &LibvirtMachine,
+    wait: &Wait,
+    wall: &Time,
+    grace: std::time::Duration,
+) -> Option<std::time::Duration> {
     let first = matches!(
         wait.reason,
         Reason::Machine(
             MachineReason::WaitingForMachineOwner
                 | MachineReason::WaitingForBootstrapData
+                | MachineReason::BootstrapDataNotFound
                 | MachineReason::WaitingForHost
         )
     );
@@ -93,7 +96,7 @@ pub(super) fn unreported_for(machine: &LibvirtMachine, wait: &Wait, wall: &Time)
     }
     let created = machine.metadata.creation_timestamp.as_ref()?;
     let age = wall.0.duration_since(created.0).unsigned_abs();
-    FIRST_WAIT_GRACE.checked_sub(age).filter(|left| !left.is_zero())
+    grace.checked_sub(age).filter(|left| !left.is_zero())
 }
 
 /// Nothing written yet: look again when the grace of [`unreported_for`] ends.

@@ -564,44 +564,49 @@ fn a_claimed_address_and_gateway_reach_the_keyfile_and_the_plan() {
 }
 
 #[test]
-fn a_new_machine_reports_its_first_waits_only_after_ten_seconds() {
+fn a_new_machine_reports_its_first_waits_only_after_the_grace() {
+    const GRACE: Duration = Duration::from_secs(10);
     use crate::controllers::libvirt_machine::status::unreported_for;
     let at = |s: &str| Time(s.parse().unwrap());
     let new = machine(json!({"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}}));
     let wait = |reason: MachineReason| Wait::new(reason, "m", Action::await_change());
     let owner = wait(MachineReason::WaitingForMachineOwner);
     assert_eq!(
-        unreported_for(&new, &owner, &at("2026-01-01T00:00:02Z")),
+        unreported_for(&new, &owner, &at("2026-01-01T00:00:02Z"), GRACE),
         Some(Duration::from_secs(8))
     );
-    for reason in [MachineReason::WaitingForBootstrapData, MachineReason::WaitingForHost] {
-        assert!(unreported_for(&new, &wait(reason), &at("2026-01-01T00:00:01Z")).is_some());
+    for reason in [
+        MachineReason::WaitingForBootstrapData,
+        MachineReason::BootstrapDataNotFound,
+        MachineReason::WaitingForHost,
+    ] {
+        assert!(unreported_for(&new, &wait(reason), &at("2026-01-01T00:00:01Z"), GRACE).is_some());
     }
     assert_eq!(
-        unreported_for(&new, &owner, &at("2026-01-01T00:00:10Z")),
+        unreported_for(&new, &owner, &at("2026-01-01T00:00:10Z"), GRACE),
         None,
         "the grace is over"
     );
     let early = at("2026-01-01T00:00:01Z");
     assert_eq!(
-        unreported_for(&new, &wait(MachineReason::WaitingForCapacity), &early),
+        unreported_for(&new, &wait(MachineReason::WaitingForCapacity), &early, GRACE),
         None,
         "the capacity queue is ordered by the condition, so it is written at once"
     );
     assert_eq!(
-        unreported_for(&new, &wait(MachineReason::MachineNotFound), &early),
+        unreported_for(&new, &wait(MachineReason::MachineNotFound), &early, GRACE),
         None,
         "a problem is reported at once"
     );
     let reported = machine(json!({"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "status": {}}));
     assert_eq!(
-        unreported_for(&reported, &owner, &early),
+        unreported_for(&reported, &owner, &early, GRACE),
         None,
         "once a status is written, every change is"
     );
     let skewed = at("2025-12-31T23:59:00Z");
     assert!(
-        unreported_for(&new, &owner, &skewed).is_none_or(|left| left <= Duration::from_secs(10)),
+        unreported_for(&new, &owner, &skewed, GRACE).is_none_or(|left| left <= Duration::from_secs(10)),
         "a clock behind the server's never stretches the grace"
     );
 }
