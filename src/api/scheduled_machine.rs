@@ -30,6 +30,11 @@ const LEAD_TIME_PATTERN: &str = r"^(auto|([0-9]+(\.[0-9]+)?(ms|s|m|h))+)$";
     shortname = "sm",
     category = "caplv",
     doc = "A Cluster API worker that exists only while its schedule window is open.",
+    // The name is the value of the label that ties the Machine, IgnitionConfig and
+    // LibvirtMachine to their ScheduledMachine, and label values hold at most 63 characters.
+    validation = Rule::new("size(self.metadata.name) <= 63").message(
+        "metadata.name: at most 63 characters, as it labels the objects the ScheduledMachine creates"
+    ),
     printcolumn(
         name = "Phase",
         type_ = "string",
