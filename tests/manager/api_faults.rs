@@ -5,143 +5,28 @@
 //! machine comes up and goes away, no object is created twice, nothing is left on the host, and
 //! the manager's requests stay within a small multiple of a fault-free window's.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::{Arc, Mutex},
-};
-
-use caplv::api::scheduled_machine::Phase;
-use futures::StreamExt;
 use kube::{
-    Api, ResourceExt,
+    Api,
     api::{DynamicObject, Patch, PatchParams},
-    runtime::{WatchStreamExt, watcher},
 };
 use memkube::Fault;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    libvirt_machine::hv,
-    scheduled_machine::{
-        at, cluster, ignition_configs, libvirt_machines, machines, nudge, provision, scheduled_machine, wait_phase,
-        wait_running,
-    },
+    scheduled_machine::{cluster, libvirt_machines},
     support::{Env, MANAGER_USER},
+    window_cycle::{Incarnations, KindAndName, setup, weekday, window},
 };
 
 /// Three: the seed's host has room for three of the seed's machines.
 const NAMES: [&str; 3] = ["f0", "f1", "f2"];
 
-/// The UIDs each object name had, per kind, as seen by watches: more than one UID for a name
-/// means the object was created twice.
-#[derive(Clone, Default)]
-struct Incarnations(Arc<Mutex<BTreeMap<KindAndName, BTreeSet<String>>>>);
-
-type KindAndName = (String, String);
-
-impl Incarnations {
-    fn follow(&self, kind: &'static str, api: Api<DynamicObject>, stop: CancellationToken) {
-        let seen = self.clone();
-        tokio::spawn(async move {
-            let stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .applied_objects();
-            let mut stream = std::pin::pin!(stream.take_until(stop.cancelled_owned()));
-            while let Some(obj) = stream.next().await {
-                if let Ok(obj) = obj {
-                    let mut all = seen.0.lock().unwrap();
-                    all.entry((kind.to_owned(), obj.name_any()))
-                        .or_default()
-                        .insert(obj.uid().unwrap_or_default());
-                }
-            }
-        });
-    }
-
-    fn twice(&self) -> Vec<KindAndName> {
-        let all = self.0.lock().unwrap();
-        all.iter()
-            .filter(|(_, uids)| uids.len() > 1)
-            .map(|(k, _)| k.clone())
-            .collect()
-    }
-
-    fn clear(&self) {
-        self.0.lock().unwrap().clear();
-    }
-}
-
-/// The manager's requests so far, watches aside.
-fn manager_requests(env: &Env) -> u64 {
-    env.server()
-        .request_counts_of(MANAGER_USER)
-        .iter()
-        .filter(|((verb, ..), _)| verb != "watch")
-        .map(|(_, n)| n)
-        .sum()
-}
-
-/// One window of the seed's schedule, on Monday 7 December 2026 plus `day` days (New York's
-/// 09:00 to 18:00): open, provision, run, close; every child gone and the host empty after.
-/// Returns the manager's requests for it.
-async fn window(env: &Env, day: u32) -> u64 {
-    let before = manager_requests(env);
-    let date = format!("2026-12-{:02}", 7 + day);
-    env.clock.set(at(&format!("{date}T13:59:58Z")));
-    for name in NAMES {
-        nudge(env, name).await;
-    }
-    for name in NAMES {
-        wait_phase(env, name, Phase::Active).await;
-    }
-    for name in NAMES {
-        provision(env, name).await;
-        wait_running(env, name).await;
-    }
-    env.clock.set(at(&format!("{date}T22:59:58Z")));
-    for name in NAMES {
-        nudge(env, name).await;
-    }
-    for name in NAMES {
-        wait_phase(env, name, Phase::Inactive).await;
-    }
-    for name in NAMES {
-        assert!(machines(env, "v1beta1").get_opt(name).await.unwrap().is_none());
-        assert!(libvirt_machines(&env.client).get_opt(name).await.unwrap().is_none());
-        assert!(ignition_configs(&env.client).get_opt(name).await.unwrap().is_none());
-    }
-    let host = hv(env, "laptop").await;
-    assert_eq!(host.list_domains().unwrap(), Vec::<String>::new(), "no domain is left");
-    manager_requests(env) - before
-}
-
-/// The seed's cluster and host, the ScheduledMachines (Inactive, before Monday's window) and
-/// watches that record every object's incarnations.
-async fn setup(env: &Env, stop: &CancellationToken) -> Incarnations {
-    env.clock.set(at("2026-12-07T12:00:00Z"));
-    for name in NAMES {
-        scheduled_machine(env, name, json!({})).await;
-    }
-    for name in NAMES {
-        wait_phase(env, name, Phase::Inactive).await;
-    }
-    let seen = Incarnations::default();
-    seen.follow("Machine", machines(env, "v1beta1"), stop.clone());
-    seen.follow("LibvirtMachine", libvirt_machines(&env.client), stop.clone());
-    seen.follow("IgnitionConfig", ignition_configs(&env.client), stop.clone());
-    seen
-}
-
 /// After a window under faults: one incarnation per object, and requests within `limit`
 /// times the fault-free window's (a retry loop or a write at every watch event exceeds it).
 fn assert_held(what: &str, seen: &Incarnations, requests: u64, clean: u64, limit: u64) {
     eprintln!("{what}: {requests} requests by the manager for the window, {clean} without faults");
-    assert_eq!(
-        seen.twice(),
-        Vec::<(String, String)>::new(),
-        "{what}: objects created twice"
-    );
+    assert_eq!(seen.twice(), Vec::<KindAndName>::new(), "{what}: objects created twice");
     assert!(
         requests <= limit * clean,
         "{what}: {requests} requests against {clean} without faults: retries are not bounded"
@@ -160,8 +45,8 @@ async fn a_flaky_server_loses_no_machine_doubles_none_and_bounds_the_retries() {
             .map(|verb| server.request_count(verb, "secrets", ""))
             .sum::<u64>()
     };
-    let seen = setup(&env, &stop).await;
-    let clean = window(&env, 0).await;
+    let seen = setup(&env, &NAMES, &stop).await;
+    let clean = window(&env, weekday(0), &NAMES).await;
     assert_held("without faults", &seen, clean, clean, 1);
     // The test's clock runs days ahead of the server's, so every token seems expired when
     // minted: the kubeconfig is renewed at the minimum delay, not at each of its watch events.
@@ -190,7 +75,7 @@ async fn a_flaky_server_loses_no_machine_doubles_none_and_bounds_the_retries() {
         }
         server.inject_fault(fault);
     }
-    let flaky = window(&env, 1).await;
+    let flaky = window(&env, weekday(1), &NAMES).await;
     server.clear_faults();
     assert_held("429 and 5xx answers", &seen, flaky, clean, 2);
     stop.cancel();
@@ -202,8 +87,8 @@ async fn a_conflict_storm_from_another_writer_loses_no_machine_and_bounds_the_re
     let env = Env::start().await;
     let _host = cluster(&env, "v1beta1").await;
     let stop = CancellationToken::new();
-    let seen = setup(&env, &stop).await;
-    let clean = window(&env, 0).await;
+    let seen = setup(&env, &NAMES, &stop).await;
+    let clean = window(&env, weekday(0), &NAMES).await;
     seen.clear();
 
     // Another writer keeps touching every object the window involves, so writes made from a
@@ -219,7 +104,7 @@ async fn a_conflict_storm_from_another_writer_loses_no_machine_and_bounds_the_re
         );
     }
     let writer = tokio::spawn(other_writer(env.client.clone(), stop.clone()));
-    let storm = window(&env, 1).await;
+    let storm = window(&env, weekday(1), &NAMES).await;
     stop.cancel();
     let touches = writer.await.unwrap();
     env.server().clear_faults();

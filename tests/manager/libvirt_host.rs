@@ -209,3 +209,44 @@ async fn libvirt_host_reports_its_owners_load_from_node_statistics() {
     .await;
     env.stop().await;
 }
+
+/// A host whose SSH port accepts connections and never says a word: the connection attempt ends
+/// at its timeout with a condition naming the host, the key never shows, and another host's
+/// reconciles do not wait for it.
+#[tokio::test]
+async fn a_host_whose_port_accepts_and_never_answers_times_out_without_holding_others_up() {
+    let env = Env::start().await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let silent = tokio::spawn({
+        let accepted = accepted.clone();
+        async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(conn);
+            }
+        }
+    });
+    apply_yaml(&env.client, &secret_yaml("silent-key", TEST_KEY)).await;
+    apply_yaml(&env.client, &ssh_host_yaml("silent", port, "silent-key")).await;
+    let api: Api<LibvirtHost> = Api::namespaced(env.client.clone(), "default");
+    wait_until("the silent port reached", || async {
+        accepted.load(std::sync::atomic::Ordering::SeqCst) > 0
+    })
+    .await;
+    let (_dir, uri) = test_node();
+    apply_yaml(&env.client, &host_yaml("node", &uri, "")).await;
+    wait_for(&api, "node", condition::READY, "True", "Connected").await;
+    assert!(
+        condition_of(&api, "silent", "Reachable").await.is_none(),
+        "the other host was ready while the silent one still waited for its answer"
+    );
+    let c = wait_for(&api, "silent", "Reachable", "False", "ConnectionFailed").await;
+    assert!(c.message.contains(&format!("127.0.0.1:{port}")), "{}", c.message);
+    assert!(c.message.contains("timed out"), "{}", c.message);
+    assert!(!c.message.contains("PRIVATE KEY"), "{}", c.message);
+    silent.abort();
+    env.stop().await;
+}

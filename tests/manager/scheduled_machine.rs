@@ -848,3 +848,33 @@ async fn override_annotations_force_the_window_and_expired_ones_are_removed() {
     .await;
     env.stop().await;
 }
+
+/// A name of 63 characters (the longest label value: the name labels every object the
+/// ScheduledMachine creates) runs a worker with that name as its node name; a longer one is
+/// refused at creation, the field named.
+#[tokio::test]
+async fn a_name_at_the_label_limit_runs_and_a_longer_one_is_refused_naming_the_field() {
+    let env = Env::start().await;
+    let _endpoint = cluster(&env, "v1beta1").await;
+    env.clock.set(at(MIDDAY));
+    let longest = format!("w{}", "0123456789".repeat(7))[..63].to_owned();
+    scheduled_machine(&env, &longest, json!({})).await;
+    wait_phase(&env, &longest, Phase::Active).await;
+    provision(&env, &longest).await;
+    wait_running(&env, &longest).await;
+    let status = sms(&env).get(&longest).await.unwrap().status.unwrap();
+    assert_eq!(status.node_ref.unwrap().name, longest);
+
+    let mut sm: serde_json::Value =
+        serde_yaml::from_str(include_str!("../../examples/seed/05-scheduledmachine.yaml")).unwrap();
+    sm["metadata"]["name"] = json!(format!("{longest}x"));
+    let err = sms(&env)
+        .create(&PostParams::default(), &serde_json::from_value(sm).unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("metadata.name: at most 63 characters"),
+        "{err}"
+    );
+    env.stop().await;
+}

@@ -1,6 +1,7 @@
 //! A manager running against memkube + capi-sim (or, with `CAPLV_TEST_CONTROL_PLANE=real`, a
 //! genuine control plane), and waiting helpers with deadlines.
 
+pub mod crashable;
 pub mod genuine;
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -43,8 +44,14 @@ pub struct Env {
     pub shared: Shared,
     pub clock: OffsetClock,
     shutdown: CancellationToken,
-    manager: tokio::task::JoinHandle<anyhow::Result<()>>,
+    manager: Manager,
     backend: Backend,
+}
+
+/// The manager: a task of the test's runtime, or one that can be killed ([`crashable`]).
+enum Manager {
+    Task(tokio::task::JoinHandle<anyhow::Result<()>>),
+    Crashable(Arc<crashable::Crashable>),
 }
 
 /// memkube and capi-sim in this process, or a genuine control plane (see [`genuine`]).
@@ -64,6 +71,7 @@ pub fn fast_settings() -> Settings {
         domain_check_interval: Duration::from_millis(500),
         max_concurrent_host_connects: 4,
         api_server_ca: Some(TEST_CA_PEM.to_owned()),
+        first_wait_grace: Duration::from_secs(10),
         ..Settings::default()
     }
 }
@@ -100,16 +108,7 @@ impl Env {
             (client, manager_client, Backend::Memkube { server, sim })
         };
         let clock = OffsetClock::default();
-        let config = ManagerConfig {
-            families: Family::compiled(),
-            metrics_addr: "127.0.0.1:0".parse().unwrap(),
-            settings,
-            leader: None,
-            probe: Arc::new(TcpProbe {
-                timeout: Duration::from_secs(2),
-            }),
-            clock: Arc::new(clock.clone()),
-        };
+        let config = manager_config(settings, &clock);
         let shared = Shared::new().unwrap();
         let shutdown = CancellationToken::new();
         let manager = tokio::spawn(app::run(manager_client, config, shared.clone(), shutdown.clone()));
@@ -118,7 +117,7 @@ impl Env {
             shared,
             clock,
             shutdown,
-            manager,
+            manager: Manager::Task(manager),
             backend,
         };
         let ready = env.shared.readiness.clone();
@@ -128,6 +127,34 @@ impl Env {
         })
         .await;
         env
+    }
+
+    /// memkube and the CAPI simulator (v1beta1) with a manager that the test can kill as
+    /// SIGKILL kills a process ([`crashable::Crashable::crash_and_restart`]), with leader
+    /// election when `leader` is given.
+    pub async fn start_crashable(
+        leader: Option<caplv::app::leader::LeaderConfig>,
+    ) -> (Self, Arc<crashable::Crashable>) {
+        let (server, sim) = start_memkube(CapiVersions::V1beta1, capi_sim::KubeletMode::WithProviderId).await;
+        let clock = OffsetClock::default();
+        let manager = Arc::new(crashable::Crashable::start(&server, fast_settings(), clock.clone(), leader).await);
+        let env = Self {
+            client: server.client(),
+            shared: Shared::new().unwrap(),
+            clock,
+            shutdown: CancellationToken::new(),
+            manager: Manager::Crashable(manager.clone()),
+            backend: Backend::Memkube { server, sim },
+        };
+        (env, manager)
+    }
+
+    /// The running manager's shared state: `shared`, or the crashable manager's current one.
+    pub fn manager_shared(&self) -> Shared {
+        match &self.manager {
+            Manager::Task(_) => self.shared.clone(),
+            Manager::Crashable(manager) => manager.shared().expect("the manager runs"),
+        }
     }
 
     /// The in-memory API server, for tests that count or fail its requests; such a test does
@@ -151,8 +178,13 @@ impl Env {
                 "the manager made requests its RBAC rules (src/cmd/rbac.rs) do not allow: {missing:?}"
             );
         }
-        self.shutdown.cancel();
-        self.manager.await.unwrap().unwrap();
+        match self.manager {
+            Manager::Task(task) => {
+                self.shutdown.cancel();
+                task.await.unwrap().unwrap();
+            }
+            Manager::Crashable(manager) => manager.stop().await,
+        }
         match self.backend {
             Backend::Memkube { server, sim } => {
                 sim.stop().await.unwrap();
@@ -160,6 +192,20 @@ impl Env {
             }
             Backend::Genuine(cp) => cp.stop().await,
         }
+    }
+}
+
+/// The manager's configuration in these tests: every family, the real TCP probe, `clock`.
+fn manager_config(settings: Settings, clock: &OffsetClock) -> ManagerConfig {
+    ManagerConfig {
+        families: Family::compiled(),
+        metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        settings,
+        leader: None,
+        probe: Arc::new(TcpProbe {
+            timeout: Duration::from_secs(2),
+        }),
+        clock: Arc::new(clock.clone()),
     }
 }
 
