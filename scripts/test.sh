@@ -12,6 +12,8 @@ echo "== cargo clippy (the shipped build: no sandbox stand-ins)"
 cargo clippy -p caplv --all-targets --no-default-features --features caplv,ignition,fivespot -- -D warnings
 echo "== cargo test"
 cargo test --workspace --all-features
+echo "== fuzz (cargo-fuzz, the short form; scripts/fuzz.sh --long for the long one)"
+bash scripts/fuzz.sh
 echo "== Helm chart (Helm's own renderer, schema, RBAC, apply to memkube)"
 bash scripts/test-helm.sh
 echo "== the genuine control plane (etcd, kube-apiserver, kube-controller-manager, Cluster API core)"

@@ -13,6 +13,7 @@ pub mod common;
 pub mod condition;
 pub mod ignition_config;
 pub mod ipam;
+pub mod label_syntax;
 pub mod libvirt_cluster;
 pub mod libvirt_host;
 pub mod libvirt_machine;

@@ -524,6 +524,8 @@ crate::condition_names! {
         InvalidBootstrapSource,
         /// `ScheduleValid`: a label only the controller may set.
         ReservedLabel,
+        /// `ScheduleValid`: a label key or value, or an annotation key, that Kubernetes refuses.
+        InvalidLabel,
         /// `ScheduleValid`: a node taint with a reserved key prefix, or listed twice.
         InvalidNodeTaint,
         /// `ScheduleValid`: a force-on-until or force-off-until annotation that is not an instant.

@@ -23,6 +23,7 @@ mod libvirt_machine;
 mod machine_ipam;
 mod machine_networking;
 mod maintenance;
+mod many_scheduled_machines;
 mod node_join;
 mod reclaim;
 mod sandbox;

@@ -878,3 +878,51 @@ async fn a_name_at_the_label_limit_runs_and_a_longer_one_is_refused_naming_the_f
     );
     env.stop().await;
 }
+
+/// Labels are ASCII in Kubernetes: a Unicode label key or value in the template is refused once,
+/// naming the entry, before anything is created; annotation values may be any UTF-8 and reach
+/// the Machine unchanged.
+#[tokio::test]
+async fn unicode_labels_are_refused_naming_the_entry_and_unicode_annotations_pass() {
+    let env = Env::start().await;
+    let _endpoint = cluster(&env, "v1beta1").await;
+    env.clock.set(at(MIDDAY));
+    let template = json!({"machineTemplate": {
+        "labels": {"équipe": "bleu"},
+        "annotations": {"spot.example.com/note": "für das Team 🚀"},
+    }});
+    scheduled_machine(&env, "w12", template).await;
+    wait_phase(&env, "w12", Phase::Error).await;
+    let status = sms(&env).get("w12").await.unwrap().status.unwrap();
+    let valid = condition::find(&status.conditions, "ScheduleValid").unwrap();
+    assert_eq!(
+        (valid.status.as_str(), valid.reason.as_str()),
+        ("False", "InvalidLabel")
+    );
+    assert!(
+        valid.message.starts_with(r#"spec.machineTemplate.labels["équipe"]"#),
+        "{}",
+        valid.message
+    );
+    assert!(
+        machines(&env, "v1beta1").get_opt("w12").await.unwrap().is_none(),
+        "nothing created"
+    );
+    let writes = status_writes(&env);
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert_eq!(status_writes(&env), writes, "no hot loop");
+
+    let fix = json!({"spec": {"machineTemplate": {"labels": {"équipe": null, "team": "bleu"}}}});
+    sms(&env)
+        .patch("w12", &PatchParams::default(), &Patch::Merge(fix))
+        .await
+        .unwrap();
+    wait_phase(&env, "w12", Phase::Active).await;
+    let machine = machines(&env, "v1beta1").get("w12").await.unwrap();
+    assert_eq!(machine.labels().get("team").map(String::as_str), Some("bleu"));
+    assert_eq!(
+        machine.annotations().get("spot.example.com/note").map(String::as_str),
+        Some("für das Team 🚀")
+    );
+    env.stop().await;
+}

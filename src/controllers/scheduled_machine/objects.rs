@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::api::{
     CLUSTER_NAME_LABEL,
     capi::{self, CapiVersion},
+    label_syntax,
     node_taint::NodeTaint,
     scheduled_machine::{CreatedObjectReference, ScheduledMachineSpec, ScheduledReason},
 };
@@ -41,6 +42,14 @@ pub enum SpecError {
     /// A label that only the controller may set appears in `machineTemplate.labels`.
     #[error("spec.machineTemplate.labels[{0}]: reserved for the controller")]
     ReservedLabel(String),
+    /// A label key or value, or an annotation key, that Kubernetes would refuse on the Machine.
+    #[error("{field}: {problem}")]
+    InvalidLabel {
+        /// The entry, e.g. `spec.machineTemplate.labels["team"]` (the key clipped).
+        field: String,
+        /// What is wrong, with the value when it is the value.
+        problem: String,
+    },
     /// A taint key under a prefix Kubernetes or this project reserves.
     #[error("spec.nodeTaints[{index}].key: {key:?} uses the reserved prefix {prefix:?}")]
     ReservedTaintKey {
@@ -71,13 +80,15 @@ impl SpecError {
             Self::WrongGroup { .. } => ScheduledReason::InvalidApiGroup,
             Self::BootstrapSource => ScheduledReason::InvalidBootstrapSource,
             Self::ReservedLabel(_) => ScheduledReason::ReservedLabel,
+            Self::InvalidLabel { .. } => ScheduledReason::InvalidLabel,
             Self::ReservedTaintKey { .. } | Self::DuplicateTaint { .. } => ScheduledReason::InvalidNodeTaint,
         }
     }
 }
 
 /// Check what the CRD schema cannot (or, for taints, what an API server without CEL would
-/// not): groups, the bootstrap either/or, reserved labels, reserved and repeated taints.
+/// not): groups, the bootstrap either/or, reserved and malformed labels, malformed annotation
+/// keys, reserved and repeated taints.
 ///
 /// # Errors
 /// The first problem found.
@@ -97,7 +108,37 @@ pub fn validate(spec: &ScheduledMachineSpec) -> Result<(), SpecError> {
             return Err(SpecError::ReservedLabel(key.clone()));
         }
     }
+    check_label_syntax(spec)?;
     check_taints(&spec.node_taints)
+}
+
+fn check_label_syntax(spec: &ScheduledMachineSpec) -> Result<(), SpecError> {
+    let invalid = |map: &str, key: &str, problem: String| SpecError::InvalidLabel {
+        field: format!("spec.machineTemplate.{map}[{:?}]", clip(key)),
+        problem,
+    };
+    for (key, value) in &spec.machine_template.labels {
+        if let Some(problem) = label_syntax::key_problem(key) {
+            return Err(invalid("labels", key, format!("not a valid key: {problem}")));
+        }
+        if let Some(problem) = label_syntax::value_problem(value) {
+            return Err(invalid("labels", key, format!("value {:?}: {problem}", clip(value))));
+        }
+    }
+    for key in spec.machine_template.annotations.keys() {
+        if let Some(problem) = label_syntax::key_problem(key) {
+            return Err(invalid("annotations", key, format!("not a valid key: {problem}")));
+        }
+    }
+    Ok(())
+}
+
+/// At most 64 characters of what a user wrote, for a message.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(64) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
+    }
 }
 
 fn check_taints(taints: &[NodeTaint]) -> Result<(), SpecError> {
@@ -300,6 +341,50 @@ mod tests {
             .labels
             .insert(SCHEDULED_MACHINE_LABEL.into(), "x".into());
         assert_eq!(validate(&spec).unwrap_err().reason().as_str(), "ReservedLabel");
+    }
+
+    #[test]
+    fn labels_and_annotation_keys_kubernetes_would_refuse_are_refused_naming_the_entry() {
+        let refused = |labels: &[(&str, &str)], annotations: &[&str]| {
+            let mut spec = seed();
+            for (k, v) in labels {
+                spec.machine_template.labels.insert((*k).into(), (*v).into());
+            }
+            for k in annotations {
+                spec.machine_template
+                    .annotations
+                    .insert((*k).into(), "ünïcödé is fine here".into());
+            }
+            validate(&spec).err().map(|e| (e.reason().as_str(), e.to_string()))
+        };
+        assert_eq!(refused(&[("team", "")], &["note/élan"]).unwrap().0, "InvalidLabel");
+        assert_eq!(
+            refused(&[("équipe", "a")], &[]).unwrap().1,
+            r#"spec.machineTemplate.labels["équipe"]: not a valid key: only ASCII letters, digits, '-', '_' and '.'"#
+        );
+        assert_eq!(
+            refused(&[("team", "🚀")], &[]).unwrap().1,
+            r#"spec.machineTemplate.labels["team"]: value "🚀": only ASCII letters, digits, '-', '_' and '.'"#
+        );
+        let long = "ß".repeat(500);
+        let message = refused(&[("team", &long)], &[]).unwrap().1;
+        assert!(message.len() < 300 && message.contains("ßß..."), "{message}");
+        assert_eq!(
+            refused(
+                &[("spot.example.com/pool", "blue"), ("team", "")],
+                &["ünïcödé.example/x"]
+            )
+            .unwrap()
+            .0,
+            "InvalidLabel"
+        );
+        assert_eq!(
+            refused(
+                &[("spot.example.com/pool", "blue"), ("team", "")],
+                &["spot.example.com/note"]
+            ),
+            None
+        );
     }
 
     #[test]

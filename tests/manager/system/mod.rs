@@ -20,6 +20,7 @@ mod maintenance;
 mod networking;
 mod power_off;
 mod reclaim;
+mod secrets;
 mod seed_flow;
 
 use std::{
@@ -94,10 +95,16 @@ impl Drop for Genuine {
 
 impl Genuine {
     async fn start() -> Self {
+        Self::start_logging("info").await
+    }
+
+    /// Like [`Genuine::start`], the manager logging at `filter` (into `manager.log`).
+    async fn start_logging(filter: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = std::fs::File::create(dir.path().join("manager.log")).unwrap();
         let manager = manager()
             .args(["run", "--metrics-addr", "127.0.0.1:0", "--leader-elect"])
+            .args(["--log-filter", filter])
             .env("KUBECONFIG", var("CAPLV_SYS_MANAGER_KUBECONFIG"))
             .env("CAPLV_DOMAIN_CHECK_INTERVAL_SECONDS", "5")
             // Cluster API core's kubeconfigs name this API server, whatever a Cluster names.

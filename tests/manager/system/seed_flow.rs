@@ -1,7 +1,9 @@
 //! The seed's own manifests on the genuine control plane: ScheduledMachine → IgnitionConfig,
 //! LibvirtMachine and Machine → genuine Cluster API core sets `dataSecretName` and `providerID`
 //! and moves the Machine through Provisioning, Provisioned and Running (with the Node) → the
-//! window closes → core drains and deletes → nothing is left on the host.
+//! window closes → core drains and deletes → nothing is left on the host. The manager logs at
+//! trace level, and no SSH key, Ignition content or token may show in its log, Events, metrics
+//! or the objects' statuses.
 
 use std::{
     path::{Path, PathBuf},
@@ -10,14 +12,16 @@ use std::{
 
 use chrono::Timelike;
 
-use super::{Genuine, pool_files, ssh_key_secret, var, virsh, wait};
+use super::{Genuine, pool_files, secrets, ssh_key_secret, var, virsh, wait};
 
 /// The seed's manifests, unchanged except what ties them to the seed's own lab: the host (URI,
 /// pinned key, firmware paths, no reservation), the control plane endpoint (the Cluster's and the
 /// LibvirtCluster's: the API server on 127.0.0.1), the storage pool and base image, the VM's size
 /// (1 vCPU and 512 MiB, so the test never depends on this machine's cores or memory), TCG instead
-/// of KVM (nested KVM cannot run guests here), and an always-open window.
-fn seed_rewritten(dir: &Path, api_port: &str) -> PathBuf {
+/// of KVM (nested KVM cannot run guests here), and an always-open window. The worker Ignition
+/// also gets an authorized key holding `marker`, so that its content can be looked for where it
+/// must never show.
+fn seed_rewritten(dir: &Path, api_port: &str, marker: &str) -> PathBuf {
     let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/seed");
     let out = dir.join("seed");
     std::fs::create_dir_all(&out).unwrap();
@@ -37,6 +41,15 @@ fn seed_rewritten(dir: &Path, api_port: &str) -> PathBuf {
                 spec["firmwarePath"] = var("CAPLV_SYS_OVMF_CODE").into();
                 spec["nvramTemplatePath"] = var("CAPLV_SYS_OVMF_VARS").into();
                 spec["reservedResources"] = serde_json::json!({"vcpus": 0, "memoryMB": 0});
+            }
+            "Secret" => {
+                use base64::Engine;
+                let engine = base64::engine::general_purpose::STANDARD;
+                let value = engine.decode(doc["data"]["value"].as_str().unwrap()).unwrap();
+                let mut ignition: serde_json::Value = serde_json::from_slice(&value).unwrap();
+                ignition["passwd"]["users"][0]["sshAuthorizedKeys"] =
+                    serde_json::json!([format!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{marker} test")]);
+                doc["data"]["value"] = engine.encode(ignition.to_string()).into();
             }
             "ScheduledMachine" => {
                 let spec = &mut doc["spec"];
@@ -111,12 +124,22 @@ impl PhaseWatch {
 async fn the_seed_runs_end_to_end_on_genuine_cluster_api() {
     let pool_dir = PathBuf::from(var("CAPLV_SYS_POOL_DIR"));
     let nvram = PathBuf::from(var("CAPLV_SYS_NVRAM_DIR")).join("spot-worker-01_VARS.fd");
-    let env = Genuine::start().await;
+    // Once at trace level, with every secret looked for where it must never show.
+    let env = Genuine::start_logging("trace").await;
     let schedules = PhaseWatch::start(&env, "scheduledmachines");
     let machines = PhaseWatch::start(&env, "machines");
     // The SSH key Secret the seed's LibvirtHost names (the seed leaves creating it to the user).
     env.apply(&ssh_key_secret("laptop-ssh-key"));
-    env.apply_path(&seed_rewritten(env.dir.path(), &var("CAPLV_CP_API_PORT")));
+    let marker = format!("caplvIgnitionMarker{}", uuid::Uuid::new_v4().simple());
+    env.apply_path(&seed_rewritten(env.dir.path(), &var("CAPLV_CP_API_PORT"), &marker));
+    let mut secrets = secrets::key_lines(
+        "the host's SSH private key",
+        &std::fs::read_to_string(var("CAPLV_SYS_CLIENT_KEY")).unwrap(),
+    );
+    secrets.push(secrets::Secret {
+        what: "the worker Ignition's content",
+        value: marker,
+    });
 
     // ScheduledMachine -> IgnitionConfig, LibvirtMachine, Machine -> bootstrap Secret -> domain.
     wait("domain running", || {
@@ -184,6 +207,8 @@ async fn the_seed_runs_end_to_end_on_genuine_cluster_api() {
         ]) == "Running spot-worker-01"
     })
     .await;
+    secrets.push(secrets::kubeconfig_token(&env, "spot-kubeconfig"));
+    secrets::assert_not_in_statuses(&env, &secrets);
     let labels = env.get(&["get", "node", "spot-worker-01", "-o", "jsonpath={.metadata.labels}"]);
     assert!(labels.contains("node-role.kubernetes.io/worker"), "{labels}");
     assert_eq!(
@@ -251,5 +276,6 @@ async fn the_seed_runs_end_to_end_on_genuine_cluster_api() {
         &["Provisioning", "Running", "Deleting"],
         &["Pending", "Provisioning", "Provisioned", "Running", "Deleting"],
     );
+    secrets::assert_not_in_log_events_or_metrics(&env, &secrets);
     env.stop().await;
 }
