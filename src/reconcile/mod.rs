@@ -20,6 +20,7 @@ pub mod owner;
 pub mod placement;
 pub mod shared_cache;
 mod status;
+pub mod triggers;
 
 use std::{future::Future, sync::Arc, time::Duration};
 
@@ -202,7 +203,8 @@ impl Context {
 
     /// A controller of `K` in the watched namespaces whose store holds trimmed objects (as the
     /// shared caches do): a controller's own kind is usually what it caches most of, and
-    /// server-side apply makes `managedFields` a large part of each object.
+    /// server-side apply makes `managedFields` a large part of each object. Objects of a relist
+    /// trigger reconciles once the store holds them ([`triggers`]).
     pub fn controller<K>(&self) -> Controller<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -215,13 +217,12 @@ impl Context {
     {
         let writer = kube::runtime::reflector::store::Writer::default();
         let store = writer.as_reader();
-        let changes = kube::runtime::reflector(
+        let changes = triggers::applied_after_list(kube::runtime::reflector(
             writer,
             kube::runtime::watcher(self.watched_api::<K>(), kube::runtime::watcher::Config::default())
                 .default_backoff()
                 .modify(shared_cache::trim),
-        )
-        .applied_objects();
+        ));
         Controller::for_stream(changes, store)
     }
 
