@@ -66,6 +66,7 @@ async fn killed_at_every_write_of_a_window_it_doubles_nothing_and_leaves_nothing
 
     let mut missed = Vec::new();
     for step in 0..per_window {
+        eprintln!("kill test: step {step} of {per_window}");
         seen.clear();
         env.server().inject_fault(
             Fault::new("write", "*", 500)

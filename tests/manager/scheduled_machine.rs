@@ -121,11 +121,22 @@ pub(crate) async fn phase(env: &Env, name: &str) -> Option<Phase> {
         .and_then(|s| s.phase)
 }
 
+/// Wait until `name` is in phase `want`; on a timeout, the failure shows its last status.
 pub(crate) async fn wait_phase(env: &Env, name: &str, want: Phase) {
-    wait_until(&format!("{name} in phase {want:?}"), || async {
-        phase(env, name).await == Some(want)
-    })
-    .await;
+    let deadline = tokio::time::Instant::now() + crate::support::deadline();
+    loop {
+        let sm = sms(env).get_opt(name).await.unwrap();
+        let status = sm.as_ref().and_then(|sm| sm.status.as_ref());
+        if status.and_then(|s| s.phase) == Some(want) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {name} in phase {want:?}; its status: {}",
+            serde_json::to_string(&status).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
 }
 
 /// Make the controller look again after the test moved the clock (as a schedule edit would).

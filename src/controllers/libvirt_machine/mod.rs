@@ -24,7 +24,8 @@
 //! Once provisioned the domain is checked every `--domain-check-interval-seconds` ([`watch`]): a
 //! stopped domain is started again, announced by why it stopped (Warning Event `DomainShutDown`
 //! when its guest powered it off, `DomainCrashed`, otherwise `DomainRestarted`), except that a
-//! guest shutdown while the owner Machine is being deleted is left off (`DomainShutDown`); a
+//! guest shutdown while the owner Machine is being deleted (read live, not from the cache) is
+//! left off (`DomainShutDown`); a
 //! vanished one is reported (`DomainMissing`, Warning Event) and left to a MachineHealthCheck to
 //! replace; `ready` stays true, as the contract wants it latched.
 //!

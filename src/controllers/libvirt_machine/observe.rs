@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::{ByteString, api::core::v1::Secret};
-use kube::{Api, ResourceExt};
+use kube::{Api, ResourceExt, api::DynamicObject};
 
 use super::{
     Error,
@@ -142,4 +142,17 @@ pub(super) async fn observe(machine: &LibvirtMachine, ctx: &Context) -> Result<O
         bootstrap,
         ipam,
     })))
+}
+
+/// Whether the owner Machine is being deleted (or is gone), read from the API server rather
+/// than the cache: for the one decision a lagging cache would get wrong, undoing the shutdown
+/// Cluster API's drain has just brought about.
+pub(super) async fn owner_deleting_now(machine: &LibvirtMachine, ctx: &Context) -> Result<bool, Error> {
+    let Some(owner) = owner::capi_owner(&machine.metadata, "Machine") else {
+        return Ok(false);
+    };
+    let namespace = machine.namespace().unwrap_or_default();
+    let machines: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.capi.machine());
+    let found = get_opt(&machines, &owner.name, "Machine").await?;
+    Ok(found.is_none_or(|m| m.metadata.deletion_timestamp.is_some()))
 }

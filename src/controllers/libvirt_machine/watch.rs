@@ -43,12 +43,33 @@ pub(super) enum DomainCheck {
     },
     /// Its guest shut it down while the owner Machine is being deleted: left off.
     LeftOff,
+    /// Its guest shut it down and the cache says the owner Machine is not being deleted: not
+    /// started yet, as the cache may lag a deletion that has just begun.
+    GuestShutDown,
     /// No domain of ours under the machine's name.
     Missing,
 }
 
-/// Look at the domain and start it again if it stopped, unless its guest shut it down while
-/// the owner Machine is being deleted (blocking: run on the host's thread).
+/// What a check knows of the owner Machine, which decides whether a guest shutdown is undone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Owner {
+    /// Being deleted: a guest shutdown is left off.
+    Deleting,
+    /// Not being deleted as far as the cache knows: a guest shutdown waits for a live read.
+    Cached,
+    /// Not being deleted by a live read: a guest shutdown is undone.
+    Confirmed,
+}
+
+impl Owner {
+    /// From a read of the Machine: deleting, or not (as `otherwise`).
+    pub(super) fn of(deleting: bool, otherwise: Self) -> Self {
+        if deleting { Self::Deleting } else { otherwise }
+    }
+}
+
+/// Look at the domain and start it again if it stopped, unless its guest shut it down and the
+/// owner Machine is (or may be) being deleted (blocking: run on the host's thread).
 ///
 /// # Errors
 /// Connection trouble, a foreign domain under our name, or a refused start.
@@ -56,13 +77,16 @@ pub(super) fn inspect_and_restart(
     hv: &dyn Hypervisor,
     name: &str,
     uuid: Uuid,
-    owner_deleting: bool,
+    owner: Owner,
 ) -> Result<DomainCheck, ProvisionError> {
     match provision::inspect(hv, name, uuid)? {
         Some(d) if !d.state.is_active() => {
             let why = d.stop_reason.unwrap_or(StopReason::Other);
-            if why == StopReason::ShutDown && owner_deleting {
-                return Ok(DomainCheck::LeftOff);
+            match owner {
+                _ if why != StopReason::ShutDown => {}
+                Owner::Deleting => return Ok(DomainCheck::LeftOff),
+                Owner::Cached => return Ok(DomainCheck::GuestShutDown),
+                Owner::Confirmed => {}
             }
             let after = provision::restart(hv, name)?;
             Ok(DomainCheck::Restarted {
@@ -146,6 +170,13 @@ impl Seen {
                 let state = DomainState::Shutoff.as_str().to_owned();
                 (Status::False, MachineReason::DomainShutDown, message, state)
             }
+            // Only between the two reads of a check; reported as found should it ever remain.
+            DomainCheck::GuestShutDown => (
+                Status::False,
+                MachineReason::DomainNotRunning,
+                format!("domain {node_name} is {}", DomainState::Shutoff.as_str()),
+                DomainState::Shutoff.as_str().to_owned(),
+            ),
             DomainCheck::Found(state) | DomainCheck::Restarted { after: state, .. } => {
                 if let DomainCheck::Restarted { before, why, .. } = check {
                     counted.push("restarted");
@@ -206,14 +237,26 @@ pub(super) async fn check(
     owner_deleting: bool,
 ) -> Result<Outcome, Error> {
     let ctx = &state.ctx;
-    let (name, uuid) = (id.node_name.clone(), id.uuid);
-    let called = state
-        .shared
-        .hosts
-        .call(&ctx.client, host, move |hv| {
-            inspect_and_restart(hv, &name, uuid, owner_deleting)
-        })
-        .await?;
+    let inspect = |owner: Owner| {
+        let (name, uuid) = (id.node_name.clone(), id.uuid);
+        state
+            .shared
+            .hosts
+            .call(&ctx.client, host, move |hv| inspect_and_restart(hv, &name, uuid, owner))
+    };
+    let mut called = inspect(Owner::of(owner_deleting, Owner::Cached)).await?;
+    if matches!(
+        called,
+        HostCall::Ran {
+            result: Ok(DomainCheck::GuestShutDown),
+            ..
+        }
+    ) {
+        // Undoing a guest's shutdown is a write on the host: the cache may not show yet the
+        // deletion that made Cluster API's drain power the guest off.
+        let deleting = super::observe::owner_deleting_now(machine, ctx).await?;
+        called = inspect(Owner::of(deleting, Owner::Confirmed)).await?;
+    }
     let mut out = outcome(
         machine,
         id,

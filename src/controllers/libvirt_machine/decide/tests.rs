@@ -452,7 +452,7 @@ fn an_unreachable_host_waits_with_its_reason() {
 
 fn watched(hv: &FakeHypervisor, m: &LibvirtMachine) -> Outcome {
     let identity = id(m);
-    let result = watch::inspect_and_restart(hv, &identity.node_name, identity.uuid, false);
+    let result = watch::inspect_and_restart(hv, &identity.node_name, identity.uuid, watch::Owner::Confirmed);
     let called = HostCall::Ran {
         result,
         fingerprint: None,

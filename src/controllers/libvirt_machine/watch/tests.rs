@@ -34,8 +34,12 @@ fn stopped(m: &LibvirtMachine, why: StopReason) -> FakeHypervisor {
 }
 
 fn check(hv: &FakeHypervisor, m: &LibvirtMachine, owner_deleting: bool) -> Outcome {
+    check_as(hv, m, Owner::of(owner_deleting, Owner::Confirmed))
+}
+
+fn check_as(hv: &FakeHypervisor, m: &LibvirtMachine, owner: Owner) -> Outcome {
     let identity = id(m);
-    let result = inspect_and_restart(hv, &identity.node_name, identity.uuid, owner_deleting);
+    let result = inspect_and_restart(hv, &identity.node_name, identity.uuid, owner);
     let called = HostCall::Ran {
         result,
         fingerprint: None,
@@ -120,4 +124,22 @@ fn while_the_machine_is_deleted_only_a_guest_shutdown_is_left_off() {
     let out = check(&hv, &m, true);
     assert!(out.events.is_empty() && out.counted.is_empty());
     assert_eq!(ready(&out).1, "DomainRunning");
+}
+
+#[test]
+fn a_guest_shutdown_is_not_undone_on_the_cache_alone() {
+    let m = machine();
+    let hv = stopped(&m, StopReason::ShutDown);
+    let identity = id(&m);
+    let found = inspect_and_restart(&hv, &identity.node_name, identity.uuid, Owner::Cached).unwrap();
+    assert_eq!(found, DomainCheck::GuestShutDown);
+    assert_eq!(hv.calls(Op::Start), 0, "waits for the live read");
+    let out = check_as(&hv, &m, Owner::Cached);
+    assert_eq!(ready(&out), ("False".into(), "DomainNotRunning".into()));
+    assert!(out.events.is_empty() && out.counted.is_empty());
+    // Other stops are restarted on the cache: no drain powers a guest off by crashing it.
+    for why in [StopReason::Crashed, StopReason::Destroyed] {
+        let hv = stopped(&m, why);
+        assert_eq!(ready(&check_as(&hv, &m, Owner::Cached)).1, "DomainRunning", "{why:?}");
+    }
 }
