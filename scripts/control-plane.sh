@@ -9,6 +9,7 @@
 #   scripts/control-plane.sh build           build and cache every component (both CAPI releases)
 #   scripts/control-plane.sh up DIR          start everything; writes DIR/admin.kubeconfig, DIR/env
 #   scripts/control-plane.sh down DIR        stop what `up DIR` started, by PID, and delete DIR
+#   scripts/control-plane.sh restart DIR NAME  SIGKILL one component (etcd, kube-apiserver, ...), start it again
 #
 # The API server writes an audit log (DIR/audit.log: user, verb, resource and response code of
 # every request). CAPLV_CAPI_VERSION=v1beta1 (Cluster API v1.10, as OpenShift 4.20 ships; the
@@ -193,7 +194,29 @@ EOF
 start() {
   local name=$1
   shift
+  mkdir -p "$dir/cmds"
+  printf '%s\n' "$@" >"$dir/cmds/$name"
   setsid "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$dir/pids/$name"
+}
+
+# restart DIR NAME: kill one component with SIGKILL, as a crash would, and start it again with
+# the command line it was started with (its log goes on); for the tests that restart the API
+# server or etcd under the manager.
+cmd_restart() {
+  dir=${1:?usage: control-plane.sh restart DIR NAME}
+  local name=${2:?usage: control-plane.sh restart DIR NAME} pid
+  [ -e "$dir/cmds/$name" ] || die "$dir runs no component named '$name'"
+  pid=$(cat "$dir/pids/$name")
+  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + 15))
+  while kill -0 "$pid" 2>/dev/null; do
+    [ $SECONDS -lt $deadline ] || die "$name (pid $pid) survived SIGKILL for 15 s"
+    sleep 0.1
+  done
+  local -a cmd
+  mapfile -t cmd <"$dir/cmds/$name"
+  setsid "${cmd[@]}" >>"$dir/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$dir/pids/$name"
 }
 
@@ -408,5 +431,6 @@ case "${1:-}" in
 build) cmd_build ;;
 up) cmd_up "${2:-}" ;;
 down) cmd_down "${2:-}" ;;
-*) die "usage: control-plane.sh build | up DIR | down DIR" ;;
+restart) cmd_restart "${2:-}" "${3:-}" ;;
+*) die "usage: control-plane.sh build | up DIR | down DIR | restart DIR NAME" ;;
 esac

@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 workdir="${CAPLV_SYS_WORKDIR:-/tmp/caplv-system}"
 cpdir="$workdir/control-plane"
 contracts=${CAPLV_SYS_CONTRACTS:-v1beta1 v1beta2}
+# Which system tests to run (a test-name filter), e.g. CAPLV_SYS_TESTS=system::crash.
+tests=${CAPLV_SYS_TESTS:-system::}
 cleanup() {
   if [ "${CAPLV_SYS_KEEP:-0}" = 1 ]; then
     echo "system-test: kept $cpdir and $workdir; remove with: scripts/control-plane.sh down $cpdir; scripts/libvirt-env.sh down $workdir" >&2
@@ -49,6 +51,6 @@ for contract in $contracts; do
   bash scripts/install-genuine.sh "$cpdir"
   export CAPLV_SYS_MANAGER_KUBECONFIG="$cpdir/manager.kubeconfig"
   export CAPLV_SYS_BOOTSTRAP_KUBECONFIG="$cpdir/bootstrap.kubeconfig"
-  cargo test --workspace --all-features --test manager system:: -- --ignored --test-threads=1
+  cargo test --workspace --all-features --test manager "$tests" -- --ignored --test-threads=1
   bash scripts/control-plane.sh down "$cpdir"
 done

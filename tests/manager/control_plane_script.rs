@@ -143,3 +143,21 @@ fn a_component_that_cannot_start_is_named_and_stopped() {
         "every started process was stopped and forgotten: {pids:?}"
     );
 }
+
+#[test]
+fn restarting_a_component_the_control_plane_does_not_run_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("bash")
+        .arg(script())
+        .args(["restart", dir.path().to_str().unwrap(), "kube-apisrver"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr_line(&out),
+        format!(
+            "control-plane: {} runs no component named 'kube-apisrver'",
+            dir.path().display()
+        )
+    );
+}

@@ -13,6 +13,8 @@
 //! these tests with the `CAPLV_CP_*` and `CAPLV_SYS_*` variables it writes; `cargo test` alone
 //! skips them (ignored), because they need root and that environment.
 
+mod api_restart;
+mod crash;
 mod kill_switch;
 mod lead_time;
 mod machine_deployment;
@@ -33,7 +35,7 @@ use capi_sim::kubelet_agent::{AgentHandle, ApiAccess, KubeletAgent};
 
 use crate::{
     cli::manager,
-    support::genuine::{config_from, refused},
+    support::genuine::{config_from, refused_outside},
 };
 
 /// Real libvirt is slower than the test driver: first define probes QEMU, TCG boots slowly.
@@ -100,19 +102,13 @@ impl Genuine {
 
     /// Like [`Genuine::start`], the manager logging at `filter` (into `manager.log`).
     async fn start_logging(filter: &str) -> Self {
+        Self::start_with(filter, &["--leader-elect"]).await
+    }
+
+    /// Like [`Genuine::start`], the manager run with `args` added (a `--controllers` choice).
+    async fn start_with(filter: &str, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let log = std::fs::File::create(dir.path().join("manager.log")).unwrap();
-        let manager = manager()
-            .args(["run", "--metrics-addr", "127.0.0.1:0", "--leader-elect"])
-            .args(["--log-filter", filter])
-            .env("KUBECONFIG", var("CAPLV_SYS_MANAGER_KUBECONFIG"))
-            .env("CAPLV_DOMAIN_CHECK_INTERVAL_SECONDS", "5")
-            // Cluster API core's kubeconfigs name this API server, whatever a Cluster names.
-            .env("CAPLV_WORKLOAD_API_SERVER", var("CAPLV_CP_API_URL"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let manager = spawn_manager(&dir.path().join("manager.log"), filter, args);
         let admin = PathBuf::from(var("KUBECONFIG"));
         let admin_config = config_from(&admin).await;
         let agent = KubeletAgent {
@@ -168,7 +164,13 @@ impl Genuine {
 
     /// Stop the kubelet and the manager; the API server must not have refused the manager
     /// anything (the chart's RBAC covers every request), and the manager must exit cleanly.
-    async fn stop(mut self) {
+    async fn stop(self) {
+        self.stop_excusing(&[]).await;
+    }
+
+    /// [`Genuine::stop`], but refusals at the audit-log positions in `excused` (while a
+    /// restarted API server filled its RBAC caches) are not held against the chart.
+    async fn stop_excusing(mut self, excused: &[std::ops::Range<usize>]) {
         if let Some(kubelet) = self.kubelet.take() {
             kubelet.stop().await;
         }
@@ -176,12 +178,30 @@ impl Genuine {
         let status = self.manager.wait().unwrap();
         let log = std::fs::read_to_string(self.dir.path().join("manager.log")).unwrap();
         assert!(status.success(), "manager exited with {status}; log:\n{log}");
-        let refused = refused(Path::new(&var("CAPLV_CP_AUDIT_LOG")));
+        let refused = refused_outside(Path::new(&var("CAPLV_CP_AUDIT_LOG")), excused);
         assert!(
             refused.is_empty(),
             "the API server refused the manager (the chart's RBAC lacks a rule): {refused:#?}"
         );
     }
+}
+
+/// Start `caplv-manager run` with `args` added, as the chart's ServiceAccount, logging at
+/// `filter` to the end of `log`.
+fn spawn_manager(log: &Path, filter: &str, args: &[&str]) -> Child {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    manager()
+        .args(["run", "--metrics-addr", "127.0.0.1:0"])
+        .args(args)
+        .args(["--log-filter", filter])
+        .env("KUBECONFIG", var("CAPLV_SYS_MANAGER_KUBECONFIG"))
+        .env("CAPLV_DOMAIN_CHECK_INTERVAL_SECONDS", "5")
+        // Cluster API core's kubeconfigs name this API server, whatever a Cluster names.
+        .env("CAPLV_WORKLOAD_API_SERVER", var("CAPLV_CP_API_URL"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }
 
 /// The SSH key Secret a LibvirtHost names, holding the test account's private key.
