@@ -14,7 +14,11 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use super::{Genuine, host_and_cluster, pool_files, spawn_manager, var, virsh, wait};
+use super::{
+    Genuine,
+    machine_deployment::{Deployment, deployment_manifests},
+    pool_files, spawn_manager, var, virsh, wait,
+};
 
 const NS: &str = "sys-crash";
 /// Kills each phase (provisioning, teardown) must take, at least.
@@ -28,61 +32,16 @@ const MAX_LIFE_MS: u64 = 2000;
 const SINGLE: &str = "crash-single";
 const RESERVED: &str = "192.168.122.90";
 
+/// The host, Cluster and a MachineDeployment of no replicas yet (its names begin `crash-`).
 fn manifests() -> String {
-    let (pool, base) = (var("CAPLV_SYS_POOL"), var("CAPLV_SYS_BASE_IMAGE"));
-    let base_objects = host_and_cluster(NS, "hv", "{pool: crash}", "crash", &var("CAPLV_CP_API_PORT"));
-    format!(
-        r#"{base_objects}---
-apiVersion: ipam.cluster.x-k8s.io/v1alpha2
-kind: InClusterIPPool
-metadata: {{name: workers, namespace: {NS}}}
-spec: {{addresses: [192.168.122.80-192.168.122.89], prefix: 24, gateway: 192.168.122.1}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: worker-ignition, namespace: {NS}}}
-stringData:
-  value: '{{"ignition":{{"version":"3.4.0"}}}}'
----
-apiVersion: bootstrap.cluster.x-k8s.io/v1alpha1
-kind: IgnitionConfigTemplate
-metadata: {{name: workers, namespace: {NS}}}
-spec:
-  template:
-    spec: {{secretRef: {{name: worker-ignition}}}}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: LibvirtMachineTemplate
-metadata: {{name: workers, namespace: {NS}}}
-spec:
-  template:
-    spec:
-      hostSelector: {{matchLabels: {{pool: crash}}}}
-      domain: {{firmware: uefi, vcpus: 1, memoryMB: 512, type: qemu}}
-      rootDisk: {{baseImage: {base}, storagePool: {pool}, size: 128Mi}}
-      shutdown: {{mode: Hard}}
-      network:
-        type: network
-        name: default
-        addressesFromPools:
-          - {{apiGroup: ipam.cluster.x-k8s.io, kind: InClusterIPPool, name: workers}}
----
-apiVersion: cluster.x-k8s.io/v1beta1
-kind: MachineDeployment
-metadata: {{name: crash-workers, namespace: {NS}}}
-spec:
-  clusterName: crash
-  replicas: 0
-  selector: {{matchLabels: {{pool: workers}}}}
-  template:
-    metadata: {{labels: {{pool: workers}}}}
-    spec:
-      clusterName: crash
-      bootstrap:
-        configRef: {{apiVersion: bootstrap.cluster.x-k8s.io/v1alpha1, kind: IgnitionConfigTemplate, name: workers}}
-      infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: LibvirtMachineTemplate, name: workers}}
-"#
-    )
+    deployment_manifests(&Deployment {
+        ns: NS,
+        cluster: "crash",
+        host_pool: "crash",
+        addresses: "192.168.122.80-192.168.122.89",
+        name: "crash-workers",
+        replicas: 0,
+    })
 }
 
 /// The Machine of its own and its LibvirtMachine, with its bootstrap data given directly.

@@ -8,35 +8,78 @@ use super::{Genuine, host_and_cluster, var, virsh, wait};
 const NS: &str = "sys-md";
 
 fn manifests() -> String {
+    deployment_manifests(&Deployment {
+        ns: NS,
+        cluster: "md",
+        host_pool: "lab",
+        addresses: "192.168.122.70-192.168.122.79",
+        name: "workers",
+        replicas: 2,
+    })
+}
+
+/// A MachineDeployment on the host `hv` of a Cluster, with its templates and address pool.
+pub(super) struct Deployment<'a> {
+    /// The namespace of it all.
+    pub ns: &'a str,
+    /// The Cluster (and LibvirtCluster).
+    pub cluster: &'a str,
+    /// The `pool` label of the host, which the template selects.
+    pub host_pool: &'a str,
+    /// The `InClusterIPPool`'s range, e.g. `192.168.122.70-192.168.122.79`.
+    pub addresses: &'a str,
+    /// The MachineDeployment's name (its replicas' names begin with it).
+    pub name: &'a str,
+    /// Its replicas.
+    pub replicas: u32,
+}
+
+/// The host and Cluster of [`host_and_cluster`], an `InClusterIPPool` `workers`, the
+/// IgnitionConfigTemplate and LibvirtMachineTemplate `workers` and the MachineDeployment.
+pub(super) fn deployment_manifests(d: &Deployment<'_>) -> String {
     let (pool, base) = (var("CAPLV_SYS_POOL"), var("CAPLV_SYS_BASE_IMAGE"));
-    let base_objects = host_and_cluster(NS, "hv", "{pool: lab}", "md", &var("CAPLV_CP_API_PORT"));
+    let Deployment {
+        ns,
+        cluster,
+        host_pool,
+        addresses,
+        name,
+        replicas,
+    } = d;
+    let base_objects = host_and_cluster(
+        ns,
+        "hv",
+        &format!("{{pool: {host_pool}}}"),
+        cluster,
+        &var("CAPLV_CP_API_PORT"),
+    );
     format!(
         r#"{base_objects}---
 apiVersion: ipam.cluster.x-k8s.io/v1alpha2
 kind: InClusterIPPool
-metadata: {{name: workers, namespace: {NS}}}
-spec: {{addresses: [192.168.122.70-192.168.122.79], prefix: 24, gateway: 192.168.122.1}}
+metadata: {{name: workers, namespace: {ns}}}
+spec: {{addresses: [{addresses}], prefix: 24, gateway: 192.168.122.1}}
 ---
 apiVersion: v1
 kind: Secret
-metadata: {{name: worker-ignition, namespace: {NS}}}
+metadata: {{name: worker-ignition, namespace: {ns}}}
 stringData:
   value: '{{"ignition":{{"version":"3.4.0"}}}}'
 ---
 apiVersion: bootstrap.cluster.x-k8s.io/v1alpha1
 kind: IgnitionConfigTemplate
-metadata: {{name: workers, namespace: {NS}}}
+metadata: {{name: workers, namespace: {ns}}}
 spec:
   template:
     spec: {{secretRef: {{name: worker-ignition}}}}
 ---
 apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
 kind: LibvirtMachineTemplate
-metadata: {{name: workers, namespace: {NS}}}
+metadata: {{name: workers, namespace: {ns}}}
 spec:
   template:
     spec:
-      hostSelector: {{matchLabels: {{pool: lab}}}}
+      hostSelector: {{matchLabels: {{pool: {host_pool}}}}}
       domain: {{firmware: uefi, vcpus: 1, memoryMB: 512, type: qemu}}
       rootDisk: {{baseImage: {base}, storagePool: {pool}, size: 128Mi}}
       shutdown: {{mode: Hard}}
@@ -48,15 +91,15 @@ spec:
 ---
 apiVersion: cluster.x-k8s.io/v1beta1
 kind: MachineDeployment
-metadata: {{name: workers, namespace: {NS}}}
+metadata: {{name: {name}, namespace: {ns}}}
 spec:
-  clusterName: md
-  replicas: 2
+  clusterName: {cluster}
+  replicas: {replicas}
   selector: {{matchLabels: {{pool: workers}}}}
   template:
     metadata: {{labels: {{pool: workers}}}}
     spec:
-      clusterName: md
+      clusterName: {cluster}
       bootstrap:
         configRef: {{apiVersion: bootstrap.cluster.x-k8s.io/v1alpha1, kind: IgnitionConfigTemplate, name: workers}}
       infrastructureRef: {{apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1, kind: LibvirtMachineTemplate, name: workers}}
