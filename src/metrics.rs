@@ -41,6 +41,11 @@ pub struct Metrics {
     /// Kubelet CSR decisions by kind (`client`, `serving`), decision (`approved`, `ignored`) and
     /// reason.
     pub csr_decisions: IntCounterVec,
+    /// Work run on a host's libvirt connection (a few RPCs each), by result (`ok`, `error`,
+    /// `unreachable`): its rate is the load the manager puts on its hosts.
+    pub host_calls: IntCounterVec,
+    /// Connections opened to hosts (SSH and libvirt handshakes), by result (`opened`, `failed`).
+    pub host_connects: IntCounterVec,
 }
 
 impl Metrics {
@@ -128,6 +133,16 @@ impl Metrics {
             ),
             &["kind", "decision", "reason"],
         )?;
+        let host_calls = IntCounterVec::new(
+            Opts::new("host_calls_total", "Work run on a host's libvirt connection, by result"),
+            &["result"],
+        )?;
+        let host_connects = IntCounterVec::new(
+            Opts::new("host_connects_total", "Connections opened to hosts, by result"),
+            &["result"],
+        )?;
+        registry.register(Box::new(host_calls.clone()))?;
+        registry.register(Box::new(host_connects.clone()))?;
         registry.register(Box::new(csr_decisions.clone()))?;
         registry.register(Box::new(machine_events.clone()))?;
         registry.register(Box::new(host_reclaims.clone()))?;
@@ -160,6 +175,8 @@ impl Metrics {
             provision_duration,
             host_reclaims,
             csr_decisions,
+            host_calls,
+            host_connects,
         })
     }
 

@@ -30,6 +30,7 @@ pub const CONTROLLERS: &[&str] = &[
 pub fn spawn(ctx: &Arc<Context>, readiness: &Readiness, shutdown: &CancellationToken) -> Vec<JoinHandle<()>> {
     let hosts = ctx.hosts.clone();
     hosts.use_secret_index(ctx.caches.secrets.store());
+    hosts.count_in(ctx.metrics.clone());
     // The machine controller's cache is also what the host controller sums allocations from.
     let machines = Context::shared_controller(&ctx.caches.libvirt_machines);
     let machine_cache = machines.store();

@@ -26,6 +26,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
+use prometheus::IntCounterVec;
 use tokio::sync::{Mutex as AsyncMutex, Semaphore};
 
 use crate::{
@@ -35,6 +36,7 @@ use crate::{
         ssh::{ClientKey, HostKeyPolicy, LibvirtUri, SshError, SshOptions, SshSession, Tunnel, remote_socket_path},
         virt_backend::VirtHypervisor,
     },
+    metrics::Metrics,
 };
 
 /// The Secret key holding the SSH private key.
@@ -131,6 +133,8 @@ pub struct HostConnections {
     /// The shared Secret metadata cache, once the CAPLV family has started: it tells when a
     /// key Secret is absent, or unchanged since the open connection read it, without a GET.
     secret_index: std::sync::OnceLock<SecretIndex>,
+    /// Where calls and connects are counted, once the family has started.
+    counted_in: std::sync::OnceLock<Arc<Metrics>>,
 }
 
 /// Secret metadata: names and `resourceVersion`s, never contents.
@@ -162,6 +166,18 @@ impl HostConnections {
             opening: Semaphore::new(limit),
             limit: AtomicUsize::new(limit),
             secret_index: std::sync::OnceLock::new(),
+            counted_in: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Count calls and connects in `metrics` (set once, when the family starts).
+    pub fn count_in(&self, metrics: Arc<Metrics>) {
+        let _ = self.counted_in.set(metrics);
+    }
+
+    fn count(&self, metric: impl Fn(&Metrics) -> &IntCounterVec, result: &str) {
+        if let Some(m) = self.counted_in.get() {
+            metric(m).with_label_values(&[result]).inc();
         }
     }
 
@@ -283,11 +299,15 @@ impl HostConnections {
         };
         match open(&host.spec, &uri, key, secret.as_deref()).await {
             Ok(conn) => {
+                self.count(|m| &m.host_connects, "opened");
                 let conn = Arc::new(conn);
                 *guard = Some(conn.clone());
                 Ok(Reach::Open(conn))
             }
-            Err(failure) => Ok(Reach::Unusable(failure)),
+            Err(failure) => {
+                self.count(|m| &m.host_connects, "failed");
+                Ok(Reach::Unusable(failure))
+            }
         }
     }
 
@@ -309,18 +329,23 @@ impl HostConnections {
     {
         let conn = match self.get(client, host).await? {
             Reach::Open(conn) => conn,
-            Reach::Unusable(failure) => return Ok(HostCall::Unreachable(failure)),
+            Reach::Unusable(failure) => {
+                self.count(|m| &m.host_calls, "unreachable");
+                return Ok(HostCall::Unreachable(failure));
+            }
         };
         let hv = conn.hypervisor();
         let fingerprint = conn.fingerprint().map(str::to_owned);
         match tokio::task::spawn_blocking(move || work(hv.as_ref())).await {
             Ok(result) => {
+                self.count(|m| &m.host_calls, if result.is_ok() { "ok" } else { "error" });
                 if result.as_ref().err().is_some_and(Transient::is_transient) {
                     self.forget(&host_id(host)).await;
                 }
                 Ok(HostCall::Ran { result, fingerprint })
             }
             Err(e) => {
+                self.count(|m| &m.host_calls, "unreachable");
                 self.forget(&host_id(host)).await;
                 Ok(HostCall::Unreachable(Failure {
                     observed_fingerprint: fingerprint,

@@ -113,6 +113,12 @@ async fn libvirt_host_on_a_test_node_becomes_ready_with_capacity_and_stays_quiet
     assert!(before >= 1, "the status was written through this path");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(patches(), before, "status is not rewritten while nothing changes");
+    // One connection, kept and reused by every check.
+    let metrics = &env.shared.metrics;
+    let connects = |r: &str| metrics.host_connects.with_label_values(&[r]).get();
+    let calls = |r: &str| metrics.host_calls.with_label_values(&[r]).get();
+    assert_eq!((connects("opened"), connects("failed")), (1, 0));
+    assert!(calls("ok") >= 1 && calls("unreachable") == 0, "{}", metrics.render());
     env.stop().await;
 }
 
@@ -128,6 +134,10 @@ async fn libvirt_host_with_a_missing_test_node_is_not_reachable() {
     wait_for(&api, "gone", "Reachable", "False", "ConnectionFailed").await;
     wait_for(&api, "gone", condition::READY, "False", "ConnectionFailed").await;
     assert!(!api.get("gone").await.unwrap().status.unwrap().ready);
+    let metrics = &env.shared.metrics;
+    assert_eq!(metrics.host_connects.with_label_values(&["opened"]).get(), 0);
+    assert!(metrics.host_connects.with_label_values(&["failed"]).get() >= 1);
+    assert!(metrics.host_calls.with_label_values(&["unreachable"]).get() >= 1);
     env.stop().await;
 }
 
