@@ -55,6 +55,13 @@ impl Crashable {
     }
 
     async fn launch(&self) {
+        self.replace().await;
+    }
+
+    /// Start a new manager in place of the running one, which is killed first, if there is
+    /// one; done under the lock, so that nobody ever finds no manager between the two. Then
+    /// wait until the new one is ready.
+    async fn replace(&self) {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -68,13 +75,20 @@ impl Crashable {
         let shutdown = CancellationToken::new();
         let mut config = manager_config(self.settings.clone(), &self.clock);
         config.leader = self.leader.clone();
-        let task = runtime.spawn(app::run(client, config, shared.clone(), shutdown.clone()));
-        *self.running() = Some(Running {
-            runtime,
-            shared: shared.clone(),
-            shutdown,
-            task,
-        });
+        {
+            let mut running = self.running();
+            if let Some(old) = running.take() {
+                old.runtime.shutdown_background();
+                *self.kills.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+            }
+            let task = runtime.spawn(app::run(client, config, shared.clone(), shutdown.clone()));
+            *running = Some(Running {
+                runtime,
+                shared: shared.clone(),
+                shutdown,
+                task,
+            });
+        }
         wait_until("the manager ready", || {
             let ready = shared.readiness.clone();
             async move { ready.is_ready() }
@@ -88,8 +102,7 @@ impl Crashable {
 
     /// Kill the manager at once, then start a new one and wait until it is ready.
     pub async fn crash_and_restart(&self) {
-        self.kill();
-        self.launch().await;
+        self.replace().await;
     }
 
     /// The running manager's shared state (its host connections among them: a test-driver
