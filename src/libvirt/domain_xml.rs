@@ -20,7 +20,7 @@
 
 use uuid::Uuid;
 
-use super::xml::{XmlInputError, escape_attr, escape_text, validate_name, validate_path};
+use super::xml::{XmlInputError, escape_attr, escape_text, is_printable_xml_char, validate_name, validate_path};
 use crate::api::libvirt_machine::{DirectMode, DiskBus, DomainType, NetworkType};
 
 /// Everything that goes into a domain definition.
@@ -296,11 +296,11 @@ impl DomainPlan {
             validate_path("Ignition file path", p)?;
         }
         if let Some(d) = &self.description
-            && d.chars().any(|c| c.is_control() && c != '\n' && c != '\t')
+            && !d.chars().all(|c| is_printable_xml_char(c) || c == '\n' || c == '\t')
         {
             return Err(XmlInputError::InvalidValue {
                 field: "description",
-                reason: "contains control characters".to_owned(),
+                reason: "contains control characters or characters XML cannot carry".to_owned(),
             });
         }
         Ok(())

@@ -17,7 +17,8 @@ pub enum XmlInputError {
         /// The rejected value.
         value: String,
     },
-    /// A host path that is not absolute, contains control characters or `..` components.
+    /// A host path that is not absolute, contains control characters (or characters XML cannot
+    /// carry, such as U+FFFF) or `..` components.
     #[error("{field} {value:?} is not a usable path: it must be absolute, without control characters or '..'")]
     InvalidPath {
         /// Which input.
@@ -89,12 +90,20 @@ pub fn validate_name(field: &'static str, value: &str) -> Result<(), XmlInputErr
     }
 }
 
-/// Checks that a host path is absolute, at most 4096 bytes, has no control characters and no
-/// `..` component.
+/// Whether `c` may stand in XML 1.0 text as itself and is not a control character. XML's
+/// `Char` production leaves out the noncharacters U+FFFE and U+FFFF, so escaping alone
+/// cannot make them safe; surrogates never occur in a Rust `str`.
+#[must_use]
+pub fn is_printable_xml_char(c: char) -> bool {
+    !c.is_control() && !matches!(c, '\u{FFFE}' | '\u{FFFF}')
+}
+
+/// Checks that a host path is absolute, at most 4096 bytes, has no control (or XML-forbidden)
+/// characters and no `..` component.
 pub fn validate_path(field: &'static str, value: &str) -> Result<(), XmlInputError> {
     let ok = value.starts_with('/')
         && value.len() <= 4096
-        && !value.chars().any(char::is_control)
+        && value.chars().all(is_printable_xml_char)
         && !value.split('/').any(|c| c == "..");
     if ok {
         Ok(())
@@ -170,7 +179,15 @@ mod tests {
     #[test]
     fn paths_are_absolute_and_clean() {
         assert!(validate_path("p", "/var/lib/libvirt/images/a b.ign").is_ok());
-        for bad in ["relative", "", "/a/../etc/shadow", "/a\nb", "/a\0b"] {
+        for bad in [
+            "relative",
+            "",
+            "/a/../etc/shadow",
+            "/a\nb",
+            "/a\0b",
+            "/a\u{FFFF}",
+            "/a\u{FFFE}",
+        ] {
             assert!(
                 matches!(validate_path("p", bad), Err(XmlInputError::InvalidPath { .. })),
                 "{bad:?}"

@@ -145,7 +145,7 @@ fn escapes_text_and_attributes() {
 #[test]
 fn rejects_bad_input_without_emitting_xml() {
     type Mutation = fn(&mut DomainPlan);
-    let cases: [(&str, Mutation); 16] = [
+    let cases: [(&str, Mutation); 18] = [
         ("domain name", |p| p.name = "a'b".into()),
         ("vcpus", |p| p.vcpus = 0),
         ("memory", |p| p.memory_mib = 0),
@@ -181,6 +181,11 @@ fn rejects_bad_input_without_emitting_xml() {
             };
         }),
         ("description", |p| p.description = Some("\u{1b}[31m".into())),
+        // XML 1.0 has no way to carry the noncharacters, escaped or not (found by fuzzing).
+        ("description", |p| p.description = Some("owner \u{FFFF}".into())),
+        ("console log path", |p| {
+            p.console = ConsolePlan::LogFile("/var/log/\u{FFFE}.log".into())
+        }),
     ];
     for (field, mutate) in cases {
         let mut p = plan();
