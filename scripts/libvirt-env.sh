@@ -6,6 +6,13 @@
 #   scripts/libvirt-env.sh up     [WORKDIR]  start everything, write WORKDIR/env (export lines)
 #   scripts/libvirt-env.sh down   [WORKDIR]  stop everything, remove WORKDIR
 #   scripts/libvirt-env.sh status [WORKDIR]  show what is up
+#   scripts/libvirt-env.sh fault  WORKDIR F  inject host fault F (the system tests' host-fault suite):
+#     cut-sessions      kill sshd's open sessions (the listener stays)
+#     sshd-stop         stop sshd and its sessions; sshd-start starts it again on the same port
+#     libvirtd-restart  stop libvirtd and start it again in the netns (guests keep running)
+#     partition-on      drop every packet to and from sshd's port on loopback; partition-off lifts it
+#     rotate-hostkey    give sshd a new host key (as a reinstall would) and print its fingerprint;
+#                       restore-hostkey puts the pinned one back
 # WORKDIR defaults to /tmp/caplv-system. Used by scripts/system-test.sh and scripts/bench-real-libvirt.sh.
 set -euo pipefail
 
@@ -47,7 +54,7 @@ wait_until() {
 install_packages() {
   local missing=() p guard=""
   # dnsmasq-base is listed because --no-install-recommends skips it and the default network needs it.
-  for p in pkg-config libvirt-dev libvirt-daemon-system libvirt-clients dnsmasq-base openssh-server ovmf; do
+  for p in pkg-config libvirt-dev libvirt-daemon-system libvirt-clients dnsmasq-base openssh-server ovmf iptables; do
     have_pkg "$p" || missing+=("$p")
   done
   # bookworm's qemu-system 7.2 conflicts with backports' qemu-utils 10 (preinstalled here): use backports.
@@ -284,7 +291,8 @@ down() {
   fi
   ours "$LIBVIRTD_PID" && stop_pidfile "$LIBVIRTD_PID"
   ours "$VIRTLOGD_PID" && stop_pidfile "$VIRTLOGD_PID"
-  ! pid_alive "$SSHD_PID" || pkill -P "$(cat "$SSHD_PID")" || true # its open sessions
+  [ ! -f "$W/ssh/sshd_config" ] || partition off
+  cut_sessions # its open sessions
   stop_pidfile "$SSHD_PID"
   if [ -e "/run/netns/$NETNS" ]; then
     # Leftover dnsmasq or qemu processes still live in the netns.
@@ -293,6 +301,79 @@ down() {
     ip netns del "$NETNS"
   fi
   if [ -e "$W/$MARKER" ]; then rm -rf "$W"; elif [ -e "$W" ]; then log "left $W alone (not ours)"; fi
+}
+
+# Host faults. The partition matches only sshd's port on loopback, tagged so it can be lifted.
+readonly PARTITION_TAG=caplv-sys-partition
+partition_rules() {
+  local port=$1
+  printf '%s\n' "INPUT -i lo -p tcp --dport $port" "OUTPUT -o lo -p tcp --sport $port"
+}
+partition() {
+  local op=$1 rule port
+  port=$(sshd_port)
+  while read -r rule; do
+    # shellcheck disable=SC2086 # the rule is words on purpose
+    if [ "$op" = on ]; then
+      iptables -C $rule -m comment --comment "$PARTITION_TAG" -j DROP 2>/dev/null ||
+        iptables -I $rule -m comment --comment "$PARTITION_TAG" -j DROP
+    else
+      while iptables -D $rule -m comment --comment "$PARTITION_TAG" -j DROP 2>/dev/null; do :; done
+    fi
+  done < <(partition_rules "$port")
+}
+port_free() { ! port_listening "$1"; }
+# Each session is a root monitor (the listener's child) and an unprivileged child running as the
+# user that owns the TCP socket: killing only the monitor leaves the session working.
+cut_sessions() {
+  ! pid_alive "$SSHD_PID" || pkill -KILL -P "$(cat "$SSHD_PID")" || true
+  pkill -KILL -u "$SSH_USER" || true
+}
+sshd_stop() {
+  cut_sessions
+  stop_pidfile "$SSHD_PID"
+  wait_until "sshd's port $(sshd_port) closed" port_free "$(sshd_port)"
+}
+sshd_start() {
+  pid_alive "$SSHD_PID" && return 0
+  /usr/sbin/sshd -f "$W/ssh/sshd_config" -E "$W/ssh/sshd.log"
+  wait_until "sshd on 127.0.0.1:$(sshd_port)" port_listening "$(sshd_port)"
+}
+libvirtd_restart() {
+  ours "$LIBVIRTD_PID" || die "libvirtd does not run in netns $NETNS"
+  stop_pidfile "$LIBVIRTD_PID"
+  LIBVIRT_LOG_OUTPUTS="3:file:$W/log/libvirtd.log" ip netns exec "$NETNS" libvirtd -d </dev/null
+  wait_until "libvirtd ($SOCK) after its restart" libvirt_ready
+  vsh version >/dev/null
+}
+rotate_hostkey() {
+  local d=$W/ssh
+  [ -f "$d/hostkey.pinned" ] || { mv "$d/hostkey" "$d/hostkey.pinned" && mv "$d/hostkey.pub" "$d/hostkey.pinned.pub"; }
+  rm -f "$d/hostkey" "$d/hostkey.pub"
+  ssh-keygen -q -t ed25519 -N '' -C caplv-sys-rotated -f "$d/hostkey"
+  sshd_stop && sshd_start
+  ssh-keygen -lf "$d/hostkey.pub" | awk '{ print $2 }'
+}
+restore_hostkey() {
+  local d=$W/ssh
+  [ -f "$d/hostkey.pinned" ] || return 0
+  mv "$d/hostkey.pinned" "$d/hostkey" && mv "$d/hostkey.pinned.pub" "$d/hostkey.pub"
+  ! pid_alive "$SSHD_PID" || { sshd_stop && sshd_start; }
+}
+
+fault() {
+  [ -e "$W/$MARKER" ] || die "$W is not a libvirt-env workdir"
+  case ${1:-} in
+    cut-sessions) cut_sessions ;;
+    sshd-stop) sshd_stop ;;
+    sshd-start) sshd_start ;;
+    libvirtd-restart) libvirtd_restart ;;
+    partition-on) partition on ;;
+    partition-off) partition off ;;
+    rotate-hostkey) rotate_hostkey ;;
+    restore-hostkey) restore_hostkey ;;
+    *) die "unknown fault '${1:-}'" ;;
+  esac
 }
 
 # Prints "up"/"down" for a check, e.g. `state pid_alive FILE`.
@@ -311,5 +392,6 @@ status() {
 
 case $CMD in
   up | down | status) "$CMD" ;;
-  *) echo "usage: $0 up|down|status [WORKDIR]" >&2; exit 2 ;;
+  fault) fault "${3:-}" ;;
+  *) echo "usage: $0 up|down|status [WORKDIR] | fault WORKDIR FAULT" >&2; exit 2 ;;
 esac

@@ -51,6 +51,6 @@ for contract in $contracts; do
   bash scripts/install-genuine.sh "$cpdir"
   export CAPLV_SYS_MANAGER_KUBECONFIG="$cpdir/manager.kubeconfig"
   export CAPLV_SYS_BOOTSTRAP_KUBECONFIG="$cpdir/bootstrap.kubeconfig"
-  cargo test --workspace --all-features --test manager "$tests" -- --ignored --test-threads=1
+  cargo test --workspace --all-features --test manager "$tests" -- --ignored --test-threads=1 --nocapture
   bash scripts/control-plane.sh down "$cpdir"
 done

@@ -15,6 +15,7 @@
 
 mod api_restart;
 mod crash;
+mod host_faults;
 mod kill_switch;
 mod lead_time;
 mod machine_deployment;

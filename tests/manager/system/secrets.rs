@@ -44,7 +44,7 @@ fn base64_decode(s: &str) -> Vec<u8> {
 }
 
 /// The manager's log without colour codes.
-fn manager_log(env: &Genuine) -> String {
+pub(super) fn manager_log(env: &Genuine) -> String {
     let raw = std::fs::read_to_string(env.dir.path().join("manager.log")).unwrap();
     let mut plain = String::with_capacity(raw.len());
     let mut chars = raw.chars();
@@ -63,7 +63,7 @@ fn manager_log(env: &Genuine) -> String {
 }
 
 /// The manager's `/metrics`, at the address it logged.
-fn metrics(log: &str) -> String {
+pub(super) fn metrics(log: &str) -> String {
     let addr = log
         .lines()
         .filter(|l| l.contains("serving /metrics"))
