@@ -22,11 +22,6 @@ const AFTER_FAULT: Duration = Duration::from_secs(30);
 /// makes thousands; a manager that reconnects and relists makes a few dozen.
 const MAX_PER_MINUTE: f64 = 600.0;
 
-fn always(name: &str, address: &str) -> String {
-    let schedule = r#"{daysOfWeek: [mon-sun], hoursOfDay: ["0-23"], timezone: UTC}"#;
-    kill_switch::manifests(&var("CAPLV_CP_API_PORT"), name, schedule, address)
-}
-
 /// Kill the control plane's component `name` and start it again, then wait until the API
 /// server answers ready; returns the audit-log positions written meanwhile.
 async fn restart(env: &Genuine, audit: &Path, name: &str) -> Range<usize> {
@@ -57,7 +52,7 @@ async fn the_api_server_and_etcd_restarted_under_the_manager_lose_and_double_not
     }
     let env = Genuine::start().await;
     let audit = std::path::PathBuf::from(var("CAPLV_CP_AUDIT_LOG"));
-    env.apply(&always(FIRST, "192.168.122.55/24"));
+    env.apply(&kill_switch::always_on(FIRST, "192.168.122.55/24"));
     let get = |args: &[&str]| {
         let mut all = vec!["-n", kill_switch::NS, "get"];
         all.extend_from_slice(args);
@@ -94,28 +89,10 @@ async fn the_api_server_and_etcd_restarted_under_the_manager_lose_and_double_not
     assert_eq!(identity(FIRST), before, "one incarnation of each");
     let machines = get(&["machine", "-o", "name"]);
     assert_eq!(machines.matches(FIRST).count(), 1, "{machines}");
-    env.apply(&always(SECOND, "192.168.122.56/24"));
+    env.apply(&kill_switch::always_on(SECOND, "192.168.122.56/24"));
     wait("the second machine running", || running(SECOND)).await;
 
-    for name in [FIRST, SECOND] {
-        env.patch(
-            &["-n", kill_switch::NS, "scheduledmachine", name],
-            r#"{"spec":{"killSwitch":true}}"#,
-        );
-    }
-    wait("both machines gone", || {
-        let left = get(&["libvirtmachine", "-o", "name"]);
-        !left.contains(FIRST) && !left.contains(SECOND)
-    })
-    .await;
-    let domains = virsh(&["list", "--all", "--name"]);
-    assert!(!domains.contains("sys-restart"), "domains left: {domains}");
-    let volumes = virsh(&["vol-list", &var("CAPLV_SYS_POOL")]);
-    assert!(!volumes.contains("sys-restart"), "volumes left: {volumes}");
-    for name in [FIRST, SECOND] {
-        let out = env.kubectl(&["-n", kill_switch::NS, "delete", "scheduledmachine", name]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    }
+    kill_switch::remove_cleanly(&env, [FIRST, SECOND], "sys-restart").await;
     // A kube-apiserver that has just started refuses requests (403) until its RBAC caches are
     // filled: the manager's watches, resumed at once, meet that; it retries them.
     env.stop_excusing(&starting).await;

@@ -29,11 +29,6 @@ const MAX_CALLS_PER_MINUTE: f64 = 300.0;
 /// Kubernetes API requests a minute (a status patch per failed attempt would be thousands).
 const MAX_REQUESTS_PER_MINUTE: f64 = 600.0;
 
-fn always(name: &str, address: &str) -> String {
-    let schedule = r#"{daysOfWeek: [mon-sun], hoursOfDay: ["0-23"], timezone: UTC}"#;
-    kill_switch::manifests(&var("CAPLV_CP_API_PORT"), name, schedule, address)
-}
-
 /// Runs `scripts/libvirt-env.sh fault` on the test's hypervisor; undoes every fault when
 /// dropped, so a failed assertion leaves the next test a working host with its pinned key.
 struct Faults {
@@ -141,7 +136,7 @@ async fn host_faults_neither_double_nor_lose_a_machine_and_never_hot_loop() {
     };
     let env = Genuine::start().await;
     let audit = PathBuf::from(var("CAPLV_CP_AUDIT_LOG"));
-    env.apply(&always(FIRST, "192.168.122.57/24"));
+    env.apply(&kill_switch::always_on(FIRST, "192.168.122.57/24"));
     let get = |args: &[&str]| {
         let mut all = vec!["-n", kill_switch::NS, "get"];
         all.extend_from_slice(args);
@@ -221,28 +216,10 @@ async fn host_faults_neither_double_nor_lose_a_machine_and_never_hot_loop() {
     wait_reachable(&env, "the host reachable with its pinned key again").await;
 
     // New work is done after the faults; then both go without a trace.
-    env.apply(&always(SECOND, "192.168.122.58/24"));
+    env.apply(&kill_switch::always_on(SECOND, "192.168.122.58/24"));
     wait("the second machine running", || running(SECOND)).await;
     assert_eq!(identity(), before, "the first machine kept its one domain");
-    for name in [FIRST, SECOND] {
-        env.patch(
-            &["-n", kill_switch::NS, "scheduledmachine", name],
-            r#"{"spec":{"killSwitch":true}}"#,
-        );
-    }
-    wait("both machines gone", || {
-        let left = get(&["libvirtmachine", "-o", "name"]);
-        !left.contains(FIRST) && !left.contains(SECOND)
-    })
-    .await;
-    let domains = virsh(&["list", "--all", "--name"]);
-    assert!(!domains.contains("sys-hostfault"), "domains left: {domains}");
-    let volumes = virsh(&["vol-list", &var("CAPLV_SYS_POOL")]);
-    assert!(!volumes.contains("sys-hostfault"), "volumes left: {volumes}");
-    for name in [FIRST, SECOND] {
-        let out = env.kubectl(&["-n", kill_switch::NS, "delete", "scheduledmachine", name]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    }
+    kill_switch::remove_cleanly(&env, [FIRST, SECOND], "sys-hostfault").await;
     env.stop().await;
     drop(faults);
 }

@@ -191,3 +191,31 @@ async fn a_scheduled_machine_boots_a_real_uefi_vm_and_the_kill_switch_leaves_not
     assert!(!ignition_file.exists(), "Ignition file removed");
     env.stop().await;
 }
+
+/// Sets the kill switch on the ScheduledMachines `names` (all starting with `prefix`), waits
+/// for their LibvirtMachines to go, proves no domain or volume of theirs is left, then deletes
+/// them.
+pub(super) async fn remove_cleanly(env: &Genuine, names: [&str; 2], prefix: &str) {
+    for name in names {
+        env.patch(&["-n", NS, "scheduledmachine", name], r#"{"spec":{"killSwitch":true}}"#);
+    }
+    wait("both machines gone", || {
+        let left = env.get(&["-n", NS, "get", "libvirtmachine", "-o", "name"]);
+        names.iter().all(|name| !left.contains(name))
+    })
+    .await;
+    let domains = virsh(&["list", "--all", "--name"]);
+    assert!(!domains.contains(prefix), "domains left: {domains}");
+    let volumes = virsh(&["vol-list", &var("CAPLV_SYS_POOL")]);
+    assert!(!volumes.contains(prefix), "volumes left: {volumes}");
+    for name in names {
+        let out = env.kubectl(&["-n", NS, "delete", "scheduledmachine", name]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// The manifests of a ScheduledMachine `name` whose window is always open.
+pub(super) fn always_on(name: &str, address: &str) -> String {
+    let schedule = r#"{daysOfWeek: [mon-sun], hoursOfDay: ["0-23"], timezone: UTC}"#;
+    manifests(&var("CAPLV_CP_API_PORT"), name, schedule, address)
+}
