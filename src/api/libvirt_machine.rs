@@ -471,6 +471,8 @@ crate::condition_names! {
         Provisioning,
         /// The storage pool exists but is not started.
         StoragePoolInactive,
+        /// The storage pool has no room for this machine's volumes.
+        StoragePoolFull,
         /// `rootDisk.size` is smaller than the base image.
         RootDiskTooSmall,
         /// A domain with this machine's name belongs to someone else.

@@ -14,7 +14,7 @@
 //! `MachineNotFound`, `ClusterNotFound`, `WaitingForBootstrapData`, `BootstrapDataNotFound`,
 //! `InvalidBootstrapData` (or the Ignition library's reason), `HostNotFound`, `WaitingForHost`,
 //! `WaitingForCapacity`, a connection failure (`HostKeyMismatch`, `ConnectionFailed`, …),
-//! `StoragePoolNotFound`, `StoragePoolInactive`, `BaseImageNotFound`, `RootDiskTooSmall`,
+//! `StoragePoolNotFound`, `StoragePoolInactive`, `StoragePoolFull`, `BaseImageNotFound`, `RootDiskTooSmall`,
 //! `InvalidSpec`, `DomainNameConflict`, `LibvirtError`; then `DomainRunning`, or after
 //! provisioning `DomainMissing`, `DomainNotRunning`, `DomainShutDown` and `HostUnreachable`;
 //! while deleting `Deleting`, `ShuttingDown`. `Paused` has its own condition. A new machine

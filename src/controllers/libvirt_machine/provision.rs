@@ -40,6 +40,14 @@ pub enum ProvisionError {
     /// The storage pool exists but is not started.
     #[error("storage pool {0:?} is not active")]
     PoolInactive(String),
+    /// The pool's file system has no room for a new volume.
+    #[error("storage pool {pool:?} is full: {message}")]
+    PoolFull {
+        /// Pool name.
+        pool: String,
+        /// libvirt's message.
+        message: String,
+    },
     /// The base image is larger than the requested root disk.
     #[error("rootDisk.size ({size} bytes) is smaller than base image {image:?} ({base} bytes)")]
     RootDiskTooSmall {
@@ -69,6 +77,7 @@ impl ProvisionError {
         match self {
             Self::Hypervisor(e) => Reason::Host(hypervisor_reason(e)),
             Self::PoolInactive(_) => Reason::Machine(MachineReason::StoragePoolInactive),
+            Self::PoolFull { .. } => Reason::Machine(MachineReason::StoragePoolFull),
             Self::RootDiskTooSmall { .. } => Reason::Machine(MachineReason::RootDiskTooSmall),
             Self::DomainNameConflict { .. } => Reason::Machine(MachineReason::DomainNameConflict),
         }
@@ -91,6 +100,24 @@ impl From<XmlInputError> for ProvisionError {
     fn from(e: XmlInputError) -> Self {
         Self::Hypervisor(HypervisorError::InvalidInput(e))
     }
+}
+
+/// Maps a failed volume write in `pool`: out of space is [`ProvisionError::PoolFull`], which a
+/// retry at once cannot mend and which says nothing against the connection.
+fn in_pool(pool: &str) -> impl Fn(HypervisorError) -> ProvisionError + '_ {
+    move |e| match &e {
+        HypervisorError::Libvirt { message, .. } if is_out_of_space(message) => ProvisionError::PoolFull {
+            pool: pool.to_owned(),
+            message: message.clone(),
+        },
+        _ => e.into(),
+    }
+}
+
+/// libvirt's words for a full pool: the file system's ENOSPC, or its own free-space check.
+fn is_out_of_space(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    lower.contains("no space left on device") || (lower.contains("not enough") && lower.contains("space"))
 }
 
 /// Everything provisioning needs.
@@ -182,7 +209,7 @@ fn ensure_root_volume(hv: &dyn Hypervisor, root: &RootDiskPlan) -> Result<(), Pr
         Ok(_) => Ok(()),
         // Another attempt got there first: observe again on the next pass.
         Err(HypervisorError::AlreadyExists { .. }) => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(in_pool(&root.pool)(e)),
     }
 }
 
@@ -193,7 +220,7 @@ fn ensure_data_disks(hv: &dyn Hypervisor, disks: &[DataDiskPlan]) -> Result<(), 
         }
         match hv.create_volume(&d.pool, &empty_qcow2_volume(&d.volume, d.size_bytes)?) {
             Ok(_) | Err(HypervisorError::AlreadyExists { .. }) => {}
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(in_pool(&d.pool)(e)),
         }
     }
     Ok(())
@@ -232,8 +259,8 @@ fn ensure_ignition(hv: &dyn Hypervisor, pool: &str, node_name: &str, payload: &[
         // A half-written or outdated payload: replace it (the domain is not defined yet).
         delete_volume_if_present(hv, pool, &vol.name)?;
     }
-    let created = hv.create_volume(pool, &vol)?;
-    hv.upload_volume(pool, &vol.name, payload)?;
+    let created = hv.create_volume(pool, &vol).map_err(in_pool(pool))?;
+    hv.upload_volume(pool, &vol.name, payload).map_err(in_pool(pool))?;
     Ok(created.path)
 }
 

@@ -450,3 +450,27 @@ fn a_reservation_clashing_with_someone_elses_entry_stops_before_the_domain() {
     teardown(&hv, &recorded, uuid()).unwrap();
     assert_eq!(hv.dhcp_entries("default"), [theirs], "someone else's entry stays");
 }
+
+#[test]
+fn a_full_pool_is_pool_full_and_a_rerun_after_space_is_freed_provisions() {
+    let out_of_space = || HypervisorError::Libvirt {
+        operation: "create volume",
+        code: "InternalError".into(),
+        message: "qemu-img: /pool/x.qcow2: Could not write qcow2 header: No space left on device".into(),
+    };
+    for op in [Op::CreateVolume, Op::UploadVolume] {
+        let hv = host();
+        hv.fail_next(op, out_of_space());
+        let e = run(&hv).unwrap_err();
+        assert_eq!(e.reason().as_str(), "StoragePoolFull", "{op:?}: {e}");
+        assert!(!e.is_transient(), "{op:?}: a full pool is not mended by reconnecting");
+        assert!(e.to_string().contains(POOL), "{op:?}: the message names the pool: {e}");
+        assert!(run(&hv).unwrap().defined_now, "{op:?}: provisioned once there is room");
+    }
+    // Any other libvirt failure of the same calls stays an unclassified, transient one.
+    let hv = host();
+    hv.fail_next(Op::CreateVolume, libvirt_error());
+    let e = run(&hv).unwrap_err();
+    assert_eq!(e.reason().as_str(), "LibvirtError");
+    assert!(e.is_transient());
+}
