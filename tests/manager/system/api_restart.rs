@@ -53,12 +53,8 @@ async fn the_api_server_and_etcd_restarted_under_the_manager_lose_and_double_not
     let env = Genuine::start().await;
     let audit = std::path::PathBuf::from(var("CAPLV_CP_AUDIT_LOG"));
     env.apply(&kill_switch::always_on(FIRST, "192.168.122.55/24"));
-    let get = |args: &[&str]| {
-        let mut all = vec!["-n", kill_switch::NS, "get"];
-        all.extend_from_slice(args);
-        env.get(&all)
-    };
-    let running = |name: &str| get(&["libvirtmachine", name, "-o", "jsonpath={.status.domainState}"]) == "running";
+    let get = |args: &[&str]| kill_switch::get(&env, args);
+    let running = |name: &str| kill_switch::domain_running(&env, name);
     wait("the first machine running", || running(FIRST)).await;
     let identity = |name: &str| {
         let uid = |kind: &str| get(&[kind, name, "-o", "jsonpath={.metadata.uid}"]);

@@ -137,12 +137,8 @@ async fn host_faults_neither_double_nor_lose_a_machine_and_never_hot_loop() {
     let env = Genuine::start().await;
     let audit = PathBuf::from(var("CAPLV_CP_AUDIT_LOG"));
     env.apply(&kill_switch::always_on(FIRST, "192.168.122.57/24"));
-    let get = |args: &[&str]| {
-        let mut all = vec!["-n", kill_switch::NS, "get"];
-        all.extend_from_slice(args);
-        env.get(&all)
-    };
-    let running = |name: &str| get(&["libvirtmachine", name, "-o", "jsonpath={.status.domainState}"]) == "running";
+    let get = |args: &[&str]| kill_switch::get(&env, args);
+    let running = |name: &str| kill_switch::domain_running(&env, name);
     wait("the first machine running", || running(FIRST)).await;
     wait_reachable(&env, "the host reachable").await;
     let identity = || {

@@ -109,11 +109,7 @@ async fn a_scheduled_machine_boots_a_real_uefi_vm_and_the_kill_switch_leaves_not
         always,
         "192.168.122.50/24",
     ));
-    let get = |args: &[&str]| {
-        let mut all = vec!["-n", NS, "get"];
-        all.extend_from_slice(args);
-        env.get(&all)
-    };
+    let get = |args: &[&str]| get(&env, args);
 
     // The pinned host connects over SSH; the impostor pin is refused before authenticating.
     wait("host sys ready", || {
@@ -200,7 +196,7 @@ pub(super) async fn remove_cleanly(env: &Genuine, names: [&str; 2], prefix: &str
         env.patch(&["-n", NS, "scheduledmachine", name], r#"{"spec":{"killSwitch":true}}"#);
     }
     wait("both machines gone", || {
-        let left = env.get(&["-n", NS, "get", "libvirtmachine", "-o", "name"]);
+        let left = get(env, &["libvirtmachine", "-o", "name"]);
         names.iter().all(|name| !left.contains(name))
     })
     .await;
@@ -218,4 +214,16 @@ pub(super) async fn remove_cleanly(env: &Genuine, names: [&str; 2], prefix: &str
 pub(super) fn always_on(name: &str, address: &str) -> String {
     let schedule = r#"{daysOfWeek: [mon-sun], hoursOfDay: ["0-23"], timezone: UTC}"#;
     manifests(&var("CAPLV_CP_API_PORT"), name, schedule, address)
+}
+
+/// `kubectl get ARGS` in the test namespace.
+pub(super) fn get(env: &Genuine, args: &[&str]) -> String {
+    let mut all = vec!["-n", NS, "get"];
+    all.extend_from_slice(args);
+    env.get(&all)
+}
+
+/// Whether the LibvirtMachine `name` reports its domain running.
+pub(super) fn domain_running(env: &Genuine, name: &str) -> bool {
+    get(env, &["libvirtmachine", name, "-o", "jsonpath={.status.domainState}"]) == "running"
 }
