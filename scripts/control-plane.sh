@@ -210,7 +210,7 @@ cmd_restart() {
   pid=$(cat "$dir/pids/$name")
   kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
   local deadline=$((SECONDS + 15))
-  while kill -0 "$pid" 2>/dev/null; do
+  while alive "$pid"; do
     [ $SECONDS -lt $deadline ] || die "$name (pid $pid) survived SIGKILL for 15 s"
     sleep 0.1
   done
@@ -220,6 +220,17 @@ cmd_restart() {
   echo $! >"$dir/pids/$name"
 }
 
+# alive PID: the process exists and has not exited. A component killed after its starter exited
+# is reparented, and where nothing reaps it, it lingers as a zombie that `kill -0` still finds.
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
+# stop_all DIR: SIGTERM every component, SIGKILL what is left after 15 s, and return only once
+# all have exited, so that the next control plane finds its ports free.
 stop_all() {
   local pidfile pid
   [ -d "$1/pids" ] || return 0
@@ -232,8 +243,17 @@ stop_all() {
   for pidfile in "$1"/pids/*; do
     [ -e "$pidfile" ] || continue
     pid=$(cat "$pidfile")
-    while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+    while alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  done
+  deadline=$((SECONDS + 15))
+  for pidfile in "$1"/pids/*; do
+    [ -e "$pidfile" ] || continue
+    pid=$(cat "$pidfile")
+    while alive "$pid"; do
+      [ $SECONDS -lt $deadline ] || die "$(basename "$pidfile") (pid $pid) survived SIGKILL for 15 s"
+      sleep 0.1
+    done
     rm -f "$pidfile"
   done
 }
@@ -245,7 +265,7 @@ wait_ready() {
   shift 2
   local deadline=$((SECONDS + limit))
   until "$@" >/dev/null 2>&1; do
-    if [ -f "$dir/pids/$name" ] && ! kill -0 "$(cat "$dir/pids/$name")" 2>/dev/null; then
+    if [ -f "$dir/pids/$name" ] && ! alive "$(cat "$dir/pids/$name")"; then
       fail "$name exited before it became ready; last log line: $(tail -n 1 "$dir/logs/$name.log")"
     fi
     [ $SECONDS -lt $deadline ] || fail "$name did not become ready within ${limit} s (log: $dir/logs/$name.log)"
@@ -259,8 +279,14 @@ fail() {
   exit 1
 }
 
+# port_free PORT NAME: wait up to 15 s for PORT to have no listener (a control plane going down
+# in another process may still hold it), then fail naming the holder.
 port_free() {
-  [ -z "$(ss -Htln "sport = :$1")" ] || die "port $1 ($2) is already in use"
+  local deadline=$((SECONDS + 15))
+  while [ -n "$(ss -Htln "sport = :$1")" ]; do
+    [ $SECONDS -lt $deadline ] || die "port $1 ($2) is already in use: $(ss -Htlnp "sport = :$1" | tr -s ' ')"
+    sleep 0.2
+  done
 }
 
 api_get() {
