@@ -12,6 +12,8 @@
 //!   change, or when the tunnel or libvirt says it is dead. Opening is serialised per host (two
 //!   reconciles never open two connections to one host) and bounded across hosts by a semaphore,
 //!   so a thousand hosts coming up at once do not start a thousand SSH handshakes.
+//! - A host that cannot be connected to is backed off ([`backoff`]): its failure is answered
+//!   again without dialling for a while, however many reconcilers ask.
 //! - A private `test:///<file>` driver keeps its state in its connection, so sharing the
 //!   connection is also what lets both controllers see the same simulated host.
 //! - Closing a remote libvirt connection is an RPC: connections are dropped on a blocking thread.
@@ -51,6 +53,7 @@ pub fn host_id(host: &LibvirtHost) -> HostId {
     (host.namespace().unwrap_or_default(), host.name_any())
 }
 
+mod backoff;
 mod outcome;
 
 pub use outcome::{Failure, HostCall, Reach, SecretReadError, Transient, hypervisor_reason, ssh_reason};
@@ -117,8 +120,15 @@ impl HostLocator for SpecUri {
     }
 }
 
+/// A host's open connection, or the failure of its last open.
+#[derive(Default)]
+struct SlotState {
+    open: Option<Arc<Connection>>,
+    failing: Option<backoff::Backoff>,
+}
+
 /// A slot per host; its async lock serialises opening.
-type Slot = Arc<AsyncMutex<Option<Arc<Connection>>>>;
+type Slot = Arc<AsyncMutex<SlotState>>;
 
 /// Connections opened at the same time unless configured otherwise.
 pub const DEFAULT_MAX_CONCURRENT_OPENS: usize = 16;
@@ -240,7 +250,7 @@ impl HostConnections {
         let uri = match LibvirtUri::parse(&spec_uri) {
             Ok(u) => u,
             Err(e) => {
-                close(slot.lock().await.take());
+                close(slot.lock().await.open.take());
                 return Ok(Reach::Unusable(Failure::new(HostReason::InvalidUri, e.to_string())));
             }
         };
@@ -249,7 +259,7 @@ impl HostConnections {
         if uri.is_ssh() {
             match self.indexed_secret_version(host).await {
                 Some(None) => {
-                    close(slot.lock().await.take());
+                    close(slot.lock().await.open.take());
                     return Ok(Reach::Unusable(
                         secret_ref(host).map_or_else(|f| f, |(ns, name)| missing(&ns, &name)),
                     ));
@@ -257,7 +267,7 @@ impl HostConnections {
                 // Unchanged since the open connection read it: nothing to read.
                 Some(Some(version)) => {
                     let guard = slot.lock().await;
-                    if let Some(conn) = guard.as_ref().filter(|c| {
+                    if let Some(conn) = guard.open.as_ref().filter(|c| {
                         !c.is_closed()
                             && c.key.uri == spec_uri
                             && c.key.host_key_fingerprint == host.spec.host_key_fingerprint
@@ -275,7 +285,7 @@ impl HostConnections {
                     secret_version = version;
                 }
                 Err(failure) => {
-                    close(slot.lock().await.take());
+                    close(slot.lock().await.open.take());
                     return Ok(Reach::Unusable(failure));
                 }
             }
@@ -287,32 +297,46 @@ impl HostConnections {
             secret_version,
         };
         let mut guard = slot.lock().await;
-        if let Some(conn) = guard.as_ref().filter(|c| c.key == key && !c.is_closed()) {
+        if let Some(conn) = guard.open.as_ref().filter(|c| c.key == key && !c.is_closed()) {
             return Ok(Reach::Open(conn.clone()));
         }
-        close(guard.take());
+        close(guard.open.take());
+        let now = tokio::time::Instant::now();
+        if let Some(failure) = guard.failing.as_ref().and_then(|b| b.holds(&key, now)) {
+            return Ok(Reach::Unusable(failure.clone()));
+        }
         let Ok(_permit) = self.opening.acquire().await else {
             return Ok(Reach::Unusable(Failure::new(
                 HostReason::ConnectionFailed,
                 "connection cache is closed",
             )));
         };
-        match open(&host.spec, &uri, key, secret.as_deref()).await {
+        match open(&host.spec, &uri, key.clone(), secret.as_deref()).await {
             Ok(conn) => {
                 self.count(|m| &m.host_connects, "opened");
                 let conn = Arc::new(conn);
-                *guard = Some(conn.clone());
+                *guard = SlotState {
+                    open: Some(conn.clone()),
+                    failing: None,
+                };
                 Ok(Reach::Open(conn))
             }
             Err(failure) => {
                 self.count(|m| &m.host_connects, "failed");
+                let now = tokio::time::Instant::now();
+                guard.failing = Some(backoff::Backoff::after(
+                    guard.failing.as_ref(),
+                    key,
+                    failure.clone(),
+                    now,
+                ));
                 Ok(Reach::Unusable(failure))
             }
         }
     }
 
     /// Connect to `host` and run `work` on its hypervisor on a blocking thread (libvirt calls
-    /// block, an RPC each). A transient failure, or a task that died, drops the connection so
+    /// block, an RPC each). A lost connection, or a task that died, drops the connection so
     /// that the next call rebuilds it.
     ///
     /// # Errors
@@ -339,7 +363,7 @@ impl HostConnections {
         match tokio::task::spawn_blocking(move || work(hv.as_ref())).await {
             Ok(result) => {
                 self.count(|m| &m.host_calls, if result.is_ok() { "ok" } else { "error" });
-                if result.as_ref().err().is_some_and(Transient::is_transient) {
+                if result.as_ref().err().is_some_and(Transient::lost_connection) || conn.is_closed() {
                     self.forget(&host_id(host)).await;
                 }
                 Ok(HostCall::Ran { result, fingerprint })
@@ -358,7 +382,7 @@ impl HostConnections {
     /// Drop `host`'s connection (after a transport error), so the next `get` rebuilds it.
     pub async fn forget(&self, id: &HostId) {
         if let Some(slot) = self.slot(id) {
-            close(slot.lock().await.take());
+            close(slot.lock().await.open.take());
         }
     }
 
@@ -373,7 +397,7 @@ impl HostConnections {
         };
         for slot in gone {
             if let Ok(mut guard) = slot.try_lock() {
-                close(guard.take());
+                close(guard.open.take());
             }
         }
     }
@@ -387,7 +411,7 @@ impl HostConnections {
             .unwrap_or_default();
         for slot in all {
             if let Ok(mut guard) = slot.try_lock() {
-                close(guard.take());
+                close(guard.open.take());
             }
         }
     }

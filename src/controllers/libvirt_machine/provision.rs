@@ -94,6 +94,10 @@ impl Transient for ProvisionError {
     fn is_transient(&self) -> bool {
         Self::is_transient(self)
     }
+
+    fn lost_connection(&self) -> bool {
+        matches!(self, Self::Hypervisor(e) if e.lost_connection())
+    }
 }
 
 impl From<XmlInputError> for ProvisionError {

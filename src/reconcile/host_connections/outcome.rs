@@ -94,15 +94,23 @@ pub const fn hypervisor_reason(e: &HypervisorError) -> HostReason {
     }
 }
 
-/// Whether a failed host call may succeed when retried on a fresh connection.
+/// Whether a failed host call may succeed when retried, and whether it lost the connection.
 pub trait Transient {
     /// True for connection trouble and unclassified libvirt errors.
     fn is_transient(&self) -> bool;
+
+    /// True when the call failed because the connection is gone: only then is it rebuilt (a
+    /// libvirt error on a working connection is no reason for a new SSH handshake).
+    fn lost_connection(&self) -> bool;
 }
 
 impl Transient for HypervisorError {
     fn is_transient(&self) -> bool {
         Self::is_transient(self)
+    }
+
+    fn lost_connection(&self) -> bool {
+        matches!(self, Self::ConnectionFailed { .. })
     }
 }
 
