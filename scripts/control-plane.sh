@@ -280,11 +280,14 @@ fail() {
 }
 
 # port_free PORT NAME: wait up to 15 s for PORT to have no listener (a control plane going down
-# in another process may still hold it), then fail naming the holder.
+# in another process may still hold it), then fail naming the holder as ss sees it.
 port_free() {
-  local deadline=$((SECONDS + 15))
+  local deadline=$((SECONDS + 15)) holder
   while [ -n "$(ss -Htln "sport = :$1")" ]; do
-    [ $SECONDS -lt $deadline ] || die "port $1 ($2) is already in use: $(ss -Htlnp "sport = :$1" | tr -s ' ')"
+    if [ $SECONDS -ge $deadline ]; then
+      holder=$(ss -Htlnp "sport = :$1" | sed -n 's/.*users:((\(.*\)))$/\1/p' | head -n1)
+      die "port $1 ($2) is already in use, held by ${holder:-a process of another user}"
+    fi
     sleep 0.2
   done
 }
