@@ -13,6 +13,8 @@
 #     partition-on      drop every packet to and from sshd's port on loopback; partition-off lifts it
 #     rotate-hostkey    give sshd a new host key (as a reinstall would) and print its fingerprint;
 #                       restore-hostkey puts the pinned one back
+#     pool-fill         fill the small pool's file system, so creating a volume there fails;
+#                       pool-unfill frees it again
 # WORKDIR defaults to /tmp/caplv-system. Used by scripts/system-test.sh and scripts/bench-real-libvirt.sh.
 set -euo pipefail
 
@@ -20,12 +22,14 @@ set -euo pipefail
 [ "$(id -u)" -eq 0 ] || exec sudo -- "$0" "$@"
 
 readonly NETNS=caplv-sys SSH_USER=caplv-sys POOL=caplv-system BASE_IMAGE=base.qcow2 NET=default
+# A second pool on a tmpfs of its own, small enough to fill in a moment (the pool-fill fault).
+readonly SMALL_POOL=caplv-system-small SMALL_POOL_MIB=16 FILLER=filler.raw
 readonly URI=qemu:///system SOCK=/run/libvirt/libvirt-sock
 readonly LIBVIRTD_PID=/run/libvirtd.pid VIRTLOGD_PID=/run/virtlogd.pid
 readonly DEADLINE=60 FIRST_PORT=22220 MARKER=.caplv-libvirt-env
 CMD=${1:-}
 W=$(realpath -m "${2:-/tmp/caplv-system}")
-readonly CMD W SSHD_PID=$W/ssh/sshd.pid
+readonly CMD W SSHD_PID=$W/ssh/sshd.pid SMALL_DIR=$W/small-pool
 
 log() { echo "libvirt-env: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -104,6 +108,13 @@ prepare_workdir() {
   install -d -o libvirt-qemu -g libvirt -m 2775 "$W/consoles"
 }
 
+# Mounted before libvirtd starts: `ip netns exec` gives libvirtd a mount namespace of its own,
+# which does not see mounts made after it.
+mount_small_pool() {
+  mkdir -p "$SMALL_DIR"
+  mountpoint -q "$SMALL_DIR" || mount -t tmpfs -o "size=${SMALL_POOL_MIB}m,mode=0755" caplv-small-pool "$SMALL_DIR"
+}
+
 # virtlogd and libvirtd run in the netns; qemu and dnsmasq inherit it. Unix sockets stay reachable.
 start_libvirt() {
   if pid_alive "$LIBVIRTD_PID" && ! ours "$LIBVIRTD_PID"; then
@@ -122,22 +133,31 @@ start_libvirt() {
   vsh version >/dev/null # the first call probes QEMU's capabilities (~10 s)
 }
 
+# setup_pool NAME DIR: a started dir pool NAME at DIR holding the blank base image.
 setup_pool() {
-  local dir=$W/pool cur
-  cur=$(vsh pool-dumpxml "$POOL" 2>/dev/null | sed -n 's|.*<path>\(.*\)</path>.*|\1|p') || true
+  local name=$1 dir=$2 cur
+  cur=$(vsh pool-dumpxml "$name" 2>/dev/null | sed -n 's|.*<path>\(.*\)</path>.*|\1|p') || true
   if [ -n "$cur" ] && [ "$cur" != "$dir" ]; then
     # A leftover definition from another WORKDIR: replace it unless it is in use.
-    in_list pool-list "$POOL" && die "pool $POOL is active at $cur; run down for that WORKDIR"
-    vsh pool-undefine "$POOL" >/dev/null && cur=""
+    in_list pool-list "$name" && die "pool $name is active at $cur; run down for that WORKDIR"
+    vsh pool-undefine "$name" >/dev/null && cur=""
   fi
-  [ -n "$cur" ] || vsh pool-define-as "$POOL" dir --target "$dir" >/dev/null
-  if ! in_list pool-list "$POOL"; then
-    vsh pool-build "$POOL" >/dev/null && vsh pool-start "$POOL" >/dev/null
+  [ -n "$cur" ] || vsh pool-define-as "$name" dir --target "$dir" >/dev/null
+  if ! in_list pool-list "$name"; then
+    vsh pool-build "$name" >/dev/null && vsh pool-start "$name" >/dev/null
   fi
-  if ! vsh vol-info --pool "$POOL" "$BASE_IMAGE" >/dev/null 2>&1; then
+  if ! vsh vol-info --pool "$name" "$BASE_IMAGE" >/dev/null 2>&1; then
     qemu-img create -q -f qcow2 "$dir/$BASE_IMAGE" 64M # qemu-img defaults to compat=1.1
-    vsh pool-refresh "$POOL" >/dev/null
+    vsh pool-refresh "$name" >/dev/null
   fi
+}
+
+# The small pool must really be the small tmpfs, as libvirtd sees it, or filling it fills a disk.
+check_small_pool() {
+  local bytes
+  bytes=$(vsh pool-info --bytes "$SMALL_POOL" | awk '$1 == "Capacity:" { print $2 }')
+  [ "${bytes:-0}" -le $((SMALL_POOL_MIB * 1024 * 1024)) ] ||
+    die "pool $SMALL_POOL has ${bytes:-no} bytes, not the ${SMALL_POOL_MIB} MiB tmpfs at $SMALL_DIR"
 }
 
 setup_network() {
@@ -212,6 +232,7 @@ write_env() {
     CAPLV_SYS_URI="qemu+ssh://$SSH_USER@127.0.0.1:$port/system" CAPLV_SYS_FINGERPRINT="$fp"
     CAPLV_SYS_CLIENT_KEY="$W/ssh/client_ed25519" CAPLV_SYS_KNOWN_HOSTS="$W/ssh/known_hosts"
     CAPLV_SYS_POOL="$POOL" CAPLV_SYS_POOL_DIR="$W/pool" CAPLV_SYS_BASE_IMAGE="$BASE_IMAGE"
+    CAPLV_SYS_SMALL_POOL="$SMALL_POOL" CAPLV_SYS_SMALL_POOL_DIR="$SMALL_DIR"
     CAPLV_SYS_NETWORK="$NET" CAPLV_SYS_CONSOLE_DIR="$W/consoles"
     CAPLV_SYS_OVMF_CODE="$code" CAPLV_SYS_OVMF_VARS="${code/CODE/VARS}"
     CAPLV_SYS_NVRAM_DIR=/var/lib/libvirt/qemu/nvram
@@ -251,8 +272,11 @@ up() {
   fix_kvm
   configure_libvirtd
   prepare_workdir
+  mount_small_pool
   start_libvirt
-  setup_pool
+  setup_pool "$POOL" "$W/pool"
+  setup_pool "$SMALL_POOL" "$SMALL_DIR"
+  check_small_pool
   setup_network
   setup_ssh_user
   start_sshd
@@ -276,18 +300,21 @@ stop_pidfile() { if pid_alive "$1"; then stop_pids "$(cat "$1")"; fi; }
 
 # Works when things are partly up or already down; never touches a libvirtd outside our netns.
 down() {
-  local dom pids=()
+  local dom pool pids=()
   if libvirt_ready; then
     vsh list --all --name | while read -r dom; do
       [ -n "$dom" ] || continue
       vsh destroy "$dom" >/dev/null 2>&1 || true
       vsh undefine --nvram "$dom" >/dev/null 2>&1 || vsh undefine "$dom" >/dev/null 2>&1 || true
     done
-    vsh pool-destroy "$POOL" >/dev/null 2>&1 || true
-    vsh pool-undefine "$POOL" >/dev/null 2>&1 || true
+    for pool in "$POOL" "$SMALL_POOL"; do
+      vsh pool-destroy "$pool" >/dev/null 2>&1 || true
+      vsh pool-undefine "$pool" >/dev/null 2>&1 || true
+    done
     vsh net-destroy "$NET" >/dev/null 2>&1 || true # stops its dnsmasq; killing libvirtd would not
   elif ! pid_alive "$LIBVIRTD_PID"; then
-    rm -f "/etc/libvirt/storage/$POOL.xml" # no libvirtd to ask: drop our pool definition directly
+    # No libvirtd to ask: drop our pool definitions directly.
+    rm -f "/etc/libvirt/storage/$POOL.xml" "/etc/libvirt/storage/$SMALL_POOL.xml"
   fi
   ours "$LIBVIRTD_PID" && stop_pidfile "$LIBVIRTD_PID"
   ours "$VIRTLOGD_PID" && stop_pidfile "$VIRTLOGD_PID"
@@ -300,6 +327,7 @@ down() {
     ((${#pids[@]} == 0)) || stop_pids "${pids[@]}"
     ip netns del "$NETNS"
   fi
+  ! mountpoint -q "$SMALL_DIR" 2>/dev/null || umount "$SMALL_DIR"
   if [ -e "$W/$MARKER" ]; then rm -rf "$W"; elif [ -e "$W" ]; then log "left $W alone (not ours)"; fi
 }
 
@@ -361,6 +389,17 @@ restore_hostkey() {
   ! pid_alive "$SSHD_PID" || { sshd_stop && sshd_start; }
 }
 
+# Fills the small pool's tmpfs to the last byte (dd stops at ENOSPC), then lets libvirt see it.
+pool_fill() {
+  mountpoint -q "$SMALL_DIR" || die "$SMALL_DIR is not the small pool's tmpfs"
+  dd if=/dev/zero of="$SMALL_DIR/$FILLER" bs=1M 2>/dev/null || true
+  vsh pool-refresh "$SMALL_POOL" >/dev/null
+}
+pool_unfill() {
+  rm -f "$SMALL_DIR/$FILLER"
+  ! libvirt_ready || vsh pool-refresh "$SMALL_POOL" >/dev/null
+}
+
 fault() {
   [ -e "$W/$MARKER" ] || die "$W is not a libvirt-env workdir"
   case ${1:-} in
@@ -372,6 +411,8 @@ fault() {
     partition-off) partition off ;;
     rotate-hostkey) rotate_hostkey ;;
     restore-hostkey) restore_hostkey ;;
+    pool-fill) pool_fill ;;
+    pool-unfill) pool_unfill ;;
     *) die "unknown fault '${1:-}'" ;;
   esac
 }
@@ -384,7 +425,8 @@ status() {
   printf '%-18s %s\n' "netns $NETNS" "$(state test -e "/run/netns/$NETNS")" \
     virtlogd "$(state ours "$VIRTLOGD_PID")" libvirtd "$(state ours "$LIBVIRTD_PID")" \
     "sshd" "$(state pid_alive "$SSHD_PID") $(sshd_port 2>/dev/null || true)" \
-    "pool $POOL" "$(state active pool-list "$POOL")" "network $NET" "$(state active net-list "$NET")" \
+    "pool $POOL" "$(state active pool-list "$POOL")" \
+    "pool $SMALL_POOL" "$(state active pool-list "$SMALL_POOL") $(state mountpoint -q "$SMALL_DIR") tmpfs" "network $NET" "$(state active net-list "$NET")" \
     "env file" "$(state test -f "$W/env") $W/env"
   ! libvirt_ready || printf '%-18s %s\n' domains "$(vsh list --all --name | grep -c . || true)"
   if pid_alive "$LIBVIRTD_PID" && ! ours "$LIBVIRTD_PID"; then log "a libvirtd outside netns $NETNS runs"; fi

@@ -38,7 +38,15 @@ mkdir -p "$workdir/roundtrip-pool"
 CAPLV_TEST_LIBVIRT_URI=qemu:///system CAPLV_TEST_POOL_DIR="$workdir/roundtrip-pool" \
   cargo test --workspace --all-features --lib real_libvirt_storage_roundtrip -- --ignored
 
+# The previous release's manager, for the upgrade test (built once into ~/.cache/caplv/previous).
+# Its build leaves it at target/debug/caplv-manager; the test build after it puts the current back.
+CAPLV_SYS_PREVIOUS_MANAGER=$(bash scripts/previous-release.sh)
+export CAPLV_SYS_PREVIOUS_MANAGER
 cargo test --workspace --all-features --test manager --no-run
+if cmp -s target/debug/caplv-manager "$CAPLV_SYS_PREVIOUS_MANAGER"; then
+  echo "system-test: target/debug/caplv-manager is still the previous release's" >&2
+  exit 1
+fi
 for contract in $contracts; do
   echo "== system tests on the genuine control plane, Cluster API $contract"
   CAPLV_CAPI_VERSION=$contract bash scripts/control-plane.sh up "$cpdir"

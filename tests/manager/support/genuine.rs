@@ -161,6 +161,30 @@ pub fn manager_requests(audit_log: &Path) -> usize {
         .count()
 }
 
+/// The manager's writes (create, update, patch, delete) the audit log records from position
+/// `from` on, as `verb resource/subresource name`, in order.
+pub fn manager_writes(audit_log: &Path, from: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(audit_log).unwrap();
+    text.lines()
+        .skip(from)
+        .filter(|line| line.contains(MANAGER_USER))
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|e| e["user"]["username"] == MANAGER_USER)
+        .filter(|e| matches!(e["verb"].as_str(), Some("create" | "update" | "patch" | "delete")))
+        .map(|e| {
+            let r = &e["objectRef"];
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
+            format!(
+                "{} {}/{} {}",
+                s(&e["verb"]),
+                s(&r["resource"]),
+                s(&r["subresource"]),
+                s(&r["name"])
+            )
+        })
+        .collect()
+}
+
 /// How many events the audit log holds so far (a position in it).
 pub fn audit_position(audit_log: &Path) -> usize {
     std::fs::read_to_string(audit_log).unwrap().lines().count()

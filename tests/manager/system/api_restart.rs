@@ -88,7 +88,7 @@ async fn the_api_server_and_etcd_restarted_under_the_manager_lose_and_double_not
     env.apply(&kill_switch::always_on(SECOND, "192.168.122.56/24"));
     wait("the second machine running", || running(SECOND)).await;
 
-    kill_switch::remove_cleanly(&env, [FIRST, SECOND], "sys-restart").await;
+    kill_switch::remove_cleanly(&env, &[FIRST, SECOND], "sys-restart").await;
     // A kube-apiserver that has just started refuses requests (403) until its RBAC caches are
     // filled: the manager's watches, resumed at once, meet that; it retries them.
     env.stop_excusing(&starting).await;

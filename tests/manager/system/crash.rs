@@ -19,6 +19,7 @@ use super::{
     machine_deployment::{Deployment, deployment_manifests},
     pool_files, spawn_manager, var, virsh, wait,
 };
+use crate::cli::manager;
 
 const NS: &str = "sys-crash";
 /// Kills each phase (provisioning, teardown) must take, at least.
@@ -122,7 +123,7 @@ impl CaplvProcess {
     }
 
     fn launch(&mut self) {
-        self.child = Some(spawn_manager(&self.log, "info", &["--controllers", "caplv"]));
+        self.child = Some(spawn_manager(manager(), &self.log, "info", &["--controllers", "caplv"]));
     }
 
     /// SIGKILL it and reap it: nothing is flushed, whatever it was doing stops there.

@@ -18,13 +18,14 @@ pub(super) fn manifests(api_port: &str, name: &str, schedule: &str, address: &st
         schedule,
         address,
         base_image: &var("CAPLV_SYS_BASE_IMAGE"),
+        pool: &var("CAPLV_SYS_POOL"),
         shutdown: "{mode: Hard}",
     };
     worker_manifests(api_port, &worker)
 }
 
-/// A ScheduledMachine's worker: its VM's static address, the base image it boots and its
-/// `spec.shutdown` (YAML flow mappings where it says so).
+/// A ScheduledMachine's worker: its VM's static address, the base image it boots, the pool its
+/// root disk goes in and its `spec.shutdown` (YAML flow mappings where it says so).
 pub(super) struct Worker<'a> {
     /// The ScheduledMachine's (and so the Machine's and LibvirtMachine's) name.
     pub name: &'a str,
@@ -32,8 +33,10 @@ pub(super) struct Worker<'a> {
     pub schedule: &'a str,
     /// The VM's address with its prefix length.
     pub address: &'a str,
-    /// A volume in the pool.
+    /// A volume in `pool`.
     pub base_image: &'a str,
+    /// The storage pool of the base image and the root disk.
+    pub pool: &'a str,
     /// The LibvirtMachine's `spec.shutdown`.
     pub shutdown: &'a str,
 }
@@ -45,9 +48,10 @@ pub(super) fn worker_manifests(api_port: &str, worker: &Worker<'_>) -> String {
         schedule,
         address,
         base_image: base,
+        pool,
         shutdown,
     } = worker;
-    let (uri, pool) = (var("CAPLV_SYS_URI"), var("CAPLV_SYS_POOL"));
+    let uri = var("CAPLV_SYS_URI");
     let wrong = format!("SHA256:{}", "A".repeat(43));
     let base_objects = host_and_cluster(NS, "sys", "{}", "sys", api_port);
     format!(
@@ -189,21 +193,23 @@ async fn a_scheduled_machine_boots_a_real_uefi_vm_and_the_kill_switch_leaves_not
 }
 
 /// Sets the kill switch on the ScheduledMachines `names` (all starting with `prefix`), waits
-/// for their LibvirtMachines to go, proves no domain or volume of theirs is left, then deletes
-/// them.
-pub(super) async fn remove_cleanly(env: &Genuine, names: [&str; 2], prefix: &str) {
+/// for their LibvirtMachines to go, proves no domain or volume of theirs is left in either pool,
+/// then deletes them.
+pub(super) async fn remove_cleanly(env: &Genuine, names: &[&str], prefix: &str) {
     for name in names {
         env.patch(&["-n", NS, "scheduledmachine", name], r#"{"spec":{"killSwitch":true}}"#);
     }
-    wait("both machines gone", || {
+    wait("the machines gone", || {
         let left = get(env, &["libvirtmachine", "-o", "name"]);
         names.iter().all(|name| !left.contains(name))
     })
     .await;
     let domains = virsh(&["list", "--all", "--name"]);
     assert!(!domains.contains(prefix), "domains left: {domains}");
-    let volumes = virsh(&["vol-list", &var("CAPLV_SYS_POOL")]);
-    assert!(!volumes.contains(prefix), "volumes left: {volumes}");
+    for pool in [var("CAPLV_SYS_POOL"), var("CAPLV_SYS_SMALL_POOL")] {
+        let volumes = virsh(&["vol-list", &pool]);
+        assert!(!volumes.contains(prefix), "volumes left in {pool}: {volumes}");
+    }
     for name in names {
         let out = env.kubectl(&["-n", NS, "delete", "scheduledmachine", name]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -214,6 +220,15 @@ pub(super) async fn remove_cleanly(env: &Genuine, names: [&str; 2], prefix: &str
 pub(super) fn always_on(name: &str, address: &str) -> String {
     let schedule = r#"{daysOfWeek: [mon-sun], hoursOfDay: ["0-23"], timezone: UTC}"#;
     manifests(&var("CAPLV_CP_API_PORT"), name, schedule, address)
+}
+
+/// Four vCPUs per logical CPU on the host `sys` (applied with [`always_on`]'s manifests): three
+/// one-vCPU machines fit on any machine of this kind, two cores.
+pub(super) fn room_for_three(env: &Genuine) {
+    env.patch(
+        &["-n", NS, "libvirthost", "sys"],
+        r#"{"spec":{"overcommit":{"cpuRatio":4}}}"#,
+    );
 }
 
 /// `kubectl get ARGS` in the test namespace.

@@ -25,6 +25,7 @@ mod power_off;
 mod reclaim;
 mod secrets;
 mod seed_flow;
+mod upgrade;
 
 use std::{
     path::{Path, PathBuf},
@@ -111,9 +112,14 @@ impl Genuine {
 
     /// Like [`Genuine::start`], the manager run with `args` added (a `--controllers` choice).
     async fn start_with(filter: &str, args: &[&str]) -> Self {
+        Self::start_from(manager(), filter, args).await
+    }
+
+    /// Like [`Genuine::start_with`], the manager being `binary` (another build of it).
+    async fn start_from(binary: Command, filter: &str, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let audit_from = audit_position(Path::new(&var("CAPLV_CP_AUDIT_LOG")));
-        let manager = spawn_manager(&dir.path().join("manager.log"), filter, args);
+        let manager = spawn_manager(binary, &dir.path().join("manager.log"), filter, args);
         let admin = PathBuf::from(var("KUBECONFIG"));
         let admin_config = config_from(&admin).await;
         let agent = KubeletAgent {
@@ -132,6 +138,20 @@ impl Genuine {
             admin,
             dir,
         }
+    }
+
+    /// A rollout: the running manager gets SIGTERM and must exit cleanly, then `next` starts in
+    /// its place with `args`, logging to the same file.
+    fn replace_manager(&mut self, next: Command, filter: &str, args: &[&str]) {
+        crate::cli::signal(&self.manager, "TERM");
+        let status = self.manager.wait().unwrap();
+        let log = self.dir.path().join("manager.log");
+        assert!(
+            status.success(),
+            "the replaced manager exited with {status}; log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        self.manager = spawn_manager(next, &log, filter, args);
     }
 
     fn kubectl(&self, args: &[&str]) -> std::process::Output {
@@ -194,11 +214,11 @@ impl Genuine {
     }
 }
 
-/// Start `caplv-manager run` with `args` added, as the chart's ServiceAccount, logging at
-/// `filter` to the end of `log`.
-fn spawn_manager(log: &Path, filter: &str, args: &[&str]) -> Child {
+/// Start `binary run` (a `caplv-manager`) with `args` added, as the chart's ServiceAccount,
+/// logging at `filter` to the end of `log`.
+fn spawn_manager(mut binary: Command, log: &Path, filter: &str, args: &[&str]) -> Child {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-    manager()
+    binary
         .args(["run", "--metrics-addr", "127.0.0.1:0"])
         .args(args)
         .args(["--log-filter", filter])

@@ -74,12 +74,14 @@ async fn a_real_guest_powers_off_when_asked_and_a_deaf_one_is_destroyed_after_it
     let port = var("CAPLV_CP_API_PORT");
     let always = r#"{daysOfWeek: [mon-sun], hoursOfDay: ["0-23"], timezone: UTC}"#;
     let (image, blank) = (var("CAPLV_SYS_TEST_IMAGE"), var("CAPLV_SYS_BASE_IMAGE"));
+    let pool = var("CAPLV_SYS_POOL");
     for worker in [
         Worker {
             name: "sys-polite",
             schedule: always,
             address: "192.168.122.55/24",
             base_image: &image,
+            pool: &pool,
             shutdown: "{}",
         },
         Worker {
@@ -87,6 +89,7 @@ async fn a_real_guest_powers_off_when_asked_and_a_deaf_one_is_destroyed_after_it
             schedule: always,
             address: "192.168.122.56/24",
             base_image: &blank,
+            pool: &pool,
             shutdown: "{timeout: 5s}",
         },
     ] {
