@@ -263,6 +263,9 @@ pub struct SharedCaches {
     /// Every Node, of its status only the conditions: read by 5-Spot (cordon, taints, drain),
     /// the Node linker and the CSR approver, and followed by all three.
     pub nodes: SharedCache<k8s_openapi::api::core::v1::Node>,
+    /// Every SelfManagedControlPlane in the watched namespaces, read by the LibvirtCluster
+    /// controller at each endpoint probe to make sure a linked one still exists.
+    pub control_planes: SharedCache<crate::api::SelfManagedControlPlane>,
 }
 
 impl SharedCaches {
@@ -288,6 +291,7 @@ impl SharedCaches {
             libvirt_machines: SharedCache::new(scoped(client, namespace), ()),
             secrets: SharedCache::new(scoped(client, namespace), ()),
             nodes: SharedCache::projected(Api::all(client.clone()), (), shared_cache::project_node),
+            control_planes: SharedCache::new(scoped(client, namespace), ()),
         }
     }
 }

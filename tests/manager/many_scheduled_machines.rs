@@ -100,7 +100,6 @@ async fn scheduled_machines_first_seen_in_a_relist_are_each_reconciled() {
 }
 
 #[tokio::test]
-#[ignore = "open: requests go on after every ScheduledMachine reported (see the issue 16 note)"]
 async fn many_scheduled_machines_are_each_reported_once_and_then_left_alone() {
     let count = count();
     let env = Env::start().await;

@@ -65,8 +65,17 @@ pub async fn ensure(ctx: &Context, cluster: &DynamicObject) -> Result<Linked, Er
     let control_planes: Api<SelfManagedControlPlane> = Api::namespaced(ctx.client.clone(), &namespace);
     match &view.control_plane_ref {
         Some(reference) if is_ours(reference) => {
-            let found = get_opt(&control_planes, &reference.name, "SelfManagedControlPlane").await?;
-            if found.is_some() {
+            // The cache answers the usual case; only a miss (deleted, or not seen yet) is read live.
+            if ctx
+                .caches
+                .control_planes
+                .get(&namespace, &reference.name)
+                .await
+                .is_some()
+                || get_opt(&control_planes, &reference.name, "SelfManagedControlPlane")
+                    .await?
+                    .is_some()
+            {
                 return Ok(Linked::Existing);
             }
             create(&control_planes, &reference.name, &view.name).await?;

@@ -17,7 +17,7 @@ use std::{sync::Arc, time::Duration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     Resource, ResourceExt,
-    api::{Api, DynamicObject, ListParams},
+    api::DynamicObject,
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use tokio_util::sync::CancellationToken;
@@ -28,7 +28,6 @@ use crate::{
         common::InfrastructureInitialization,
         condition::{self, DesiredCondition, Status},
         libvirt_cluster::{ClusterCondition, LibvirtCluster, LibvirtClusterStatus, Reason},
-        libvirt_host::LibvirtHost,
     },
     app::health::Readiness,
     reconcile::{ApiError, Context, drive_cached, in_namespace, owner, refs_where, write_status},
@@ -209,12 +208,11 @@ async fn reconcile(obj: Arc<LibvirtCluster>, ctx: Arc<Context>) -> Result<Action
         interval,
     );
     if observation != Observation::Paused {
-        let hosts: Api<LibvirtHost> = Api::namespaced(ctx.client.clone(), &obj.namespace().unwrap_or_default());
-        let listed = hosts
-            .list(&ListParams::default())
-            .await
-            .map_err(ApiError::read("LibvirtHosts"))?;
-        plan.status.failure_domains = failure_domains::publish(&listed.items, ctx.capi);
+        // From the shared cache, whose changes wake this controller: no list at each probe.
+        let namespace = obj.namespace().unwrap_or_default();
+        let hosts = ctx.caches.libvirt_hosts.synced_store().await.state();
+        let in_it = hosts.iter().filter(|h| in_namespace(h.as_ref(), &namespace));
+        plan.status.failure_domains = failure_domains::publish(in_it.map(AsRef::as_ref), ctx.capi);
     }
     write_status(&ctx, obj.as_ref(), FIELD_MANAGER, &current, &plan.status, Vec::new()).await?;
     Ok(plan.requeue.map_or_else(Action::await_change, Action::requeue))
