@@ -150,36 +150,38 @@ fn down(dir: &Path) {
     }
 }
 
+/// The manager's events in the audit log `text`, each with its position (line) in the log.
+fn manager_events(text: &str) -> impl Iterator<Item = (usize, serde_json::Value)> + '_ {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| line.contains(MANAGER_USER))
+        .filter_map(|(i, line)| Some((i, serde_json::from_str::<serde_json::Value>(line).ok()?)))
+        .filter(|(_, e)| e["user"]["username"] == MANAGER_USER)
+}
+
+/// A string field of an audit event (`""` where it is absent).
+fn text_of(v: &serde_json::Value) -> &str {
+    v.as_str().unwrap_or("")
+}
+
 /// How many requests of the manager the audit log holds so far.
 pub fn manager_requests(audit_log: &Path) -> usize {
-    std::fs::read_to_string(audit_log)
-        .unwrap()
-        .lines()
-        .filter(|line| line.contains(MANAGER_USER))
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|e| e["user"]["username"] == MANAGER_USER)
-        .count()
+    manager_events(&std::fs::read_to_string(audit_log).unwrap()).count()
 }
 
 /// The manager's writes (create, update, patch, delete) the audit log records from position
 /// `from` on, as `verb resource/subresource name`, in order.
 pub fn manager_writes(audit_log: &Path, from: usize) -> Vec<String> {
     let text = std::fs::read_to_string(audit_log).unwrap();
-    text.lines()
-        .skip(from)
-        .filter(|line| line.contains(MANAGER_USER))
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|e| e["user"]["username"] == MANAGER_USER)
-        .filter(|e| matches!(e["verb"].as_str(), Some("create" | "update" | "patch" | "delete")))
-        .map(|e| {
+    manager_events(&text)
+        .filter(|(i, e)| *i >= from && matches!(e["verb"].as_str(), Some("create" | "update" | "patch" | "delete")))
+        .map(|(_, e)| {
             let r = &e["objectRef"];
-            let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
+            let (verb, resource) = (text_of(&e["verb"]), text_of(&r["resource"]));
             format!(
-                "{} {}/{} {}",
-                s(&e["verb"]),
-                s(&r["resource"]),
-                s(&r["subresource"]),
-                s(&r["name"])
+                "{verb} {resource}/{} {}",
+                text_of(&r["subresource"]),
+                text_of(&r["name"])
             )
         })
         .collect()
@@ -200,22 +202,18 @@ pub fn refused(audit_log: &Path) -> Vec<String> {
 /// has just started answers 403 until its RBAC caches are filled.
 pub fn refused_outside(audit_log: &Path, excused: &[std::ops::Range<usize>]) -> Vec<String> {
     let text = std::fs::read_to_string(audit_log).unwrap();
-    text.lines()
-        .enumerate()
-        .filter(|(i, _)| !excused.iter().any(|r| r.contains(i)))
-        .filter_map(|(_, line)| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|e| e["user"]["username"] == MANAGER_USER && e["responseStatus"]["code"] == 403)
-        .map(|e| {
+    manager_events(&text)
+        .filter(|(i, e)| !excused.iter().any(|r| r.contains(i)) && e["responseStatus"]["code"] == 403)
+        .map(|(_, e)| {
             let r = &e["objectRef"];
-            let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
             format!(
                 "{} {}.{}/{} ({}/{})",
-                s(&e["verb"]),
-                s(&r["resource"]),
-                s(&r["apiGroup"]),
-                s(&r["subresource"]),
-                s(&r["namespace"]),
-                s(&r["name"]),
+                text_of(&e["verb"]),
+                text_of(&r["resource"]),
+                text_of(&r["apiGroup"]),
+                text_of(&r["subresource"]),
+                text_of(&r["namespace"]),
+                text_of(&r["name"]),
             )
         })
         .collect()

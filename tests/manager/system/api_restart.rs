@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Genuine, kill_switch, run, var, virsh, wait};
+use super::{Genuine, kill_switch, run, runs_on, var, virsh, wait};
 use crate::support::genuine::{audit_position, manager_requests};
 
 const FIRST: &str = "sys-restart-a";
@@ -46,8 +46,7 @@ async fn rate_over(audit: &Path, over: Duration) -> f64 {
 #[ignore = "needs root, real libvirt and the genuine control plane: scripts/system-test.sh runs it"]
 async fn the_api_server_and_etcd_restarted_under_the_manager_lose_and_double_nothing() {
     // Once, on the newest Cluster API (the crash suite takes the v1.10 run): it takes minutes.
-    if var("CAPLV_CAPI_VERSION") != "v1beta2" {
-        eprintln!("api restart: runs on the v1beta2 control plane only");
+    if !runs_on("v1beta2", "api restart") {
         return;
     }
     let env = Genuine::start().await;

@@ -17,7 +17,7 @@ use std::{
 use super::{
     Genuine,
     machine_deployment::{Deployment, deployment_manifests},
-    pool_files, spawn_manager, var, virsh, wait,
+    pool_files, runs_on, spawn_manager, var, virsh, wait,
 };
 use crate::cli::manager;
 
@@ -321,8 +321,7 @@ fn remember(seen: &Seen, names: &mut BTreeSet<String>, uids: &mut Vec<(String, S
 #[ignore = "needs root, real libvirt and the genuine control plane: scripts/system-test.sh runs it"]
 async fn the_caplv_process_killed_at_random_points_leaves_one_domain_per_machine_and_nothing_after() {
     // Once, on the contract OpenShift ships (Cluster API v1.10): each run takes minutes.
-    if var("CAPLV_CAPI_VERSION") != "v1beta1" {
-        eprintln!("crash suite: runs on the v1beta1 control plane only");
+    if !runs_on("v1beta1", "crash suite") {
         return;
     }
     let env = Genuine::start_with("info", &["--controllers", "ignition"]).await;

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Genuine, kill_switch, run, secrets, var, virsh, wait};
+use super::{Genuine, kill_switch, run, runs_on, secrets, var, virsh, wait};
 use crate::support::genuine::manager_requests;
 
 const FIRST: &str = "sys-hostfault-a";
@@ -194,8 +194,7 @@ async fn full_pool(env: &Genuine, faults: &Faults, audit: &Path) {
 #[ignore = "needs root, real libvirt and the genuine control plane: scripts/system-test.sh runs it"]
 async fn host_faults_neither_double_nor_lose_a_machine_and_never_hot_loop() {
     // Once, on the newest Cluster API (the crash suite takes the v1.10 run): it takes minutes.
-    if var("CAPLV_CAPI_VERSION") != "v1beta2" {
-        eprintln!("host faults: run on the v1beta2 control plane only");
+    if !runs_on("v1beta2", "host faults") {
         return;
     }
     let faults = Faults {

@@ -74,6 +74,16 @@ fn indent(text: &str, by: usize) -> String {
     text.lines().map(|l| format!("{}{l}\n", " ".repeat(by))).collect()
 }
 
+/// Whether this run is on the control plane of Cluster API `contract`; a suite that runs once,
+/// on one contract, says so and skips the other.
+fn runs_on(contract: &str, suite: &str) -> bool {
+    let here = var("CAPLV_CAPI_VERSION") == contract;
+    if !here {
+        eprintln!("{suite}: runs on the {contract} control plane only");
+    }
+    here
+}
+
 async fn wait(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     while !check() {

@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Genuine, kill_switch, run, var, virsh, wait};
+use super::{Genuine, kill_switch, run, runs_on, var, virsh, wait};
 use crate::{cli::manager, support::genuine::manager_writes};
 
 const PREFIX: &str = "sys-upgrade";
@@ -149,8 +149,7 @@ fn in_flight_manifests() -> (String, String) {
 #[ignore = "needs root, real libvirt and the genuine control plane: scripts/system-test.sh runs it"]
 async fn the_current_manager_adopts_the_previous_releases_machines_without_recreating_or_flapping() {
     // Once, on the Cluster API OpenShift ships (v1.10).
-    if var("CAPLV_CAPI_VERSION") != "v1beta1" {
-        eprintln!("upgrade: run on the v1beta1 control plane only");
+    if !runs_on("v1beta1", "upgrade") {
         return;
     }
     let scratch = tempfile::tempdir().unwrap();
