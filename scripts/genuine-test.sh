@@ -3,10 +3,11 @@
 # (crates/memkube/tests/differential, once), capi-sim against Cluster API core
 # (crates/capi-sim/tests/genuine_capi.rs, for each contract: v1beta1 core v1.10 and v1beta2 core
 # v1.14), the chart's install judged by the real API server (tests/helm/test_apply.py), and the
-# integration tests' main flows with CAPLV_TEST_CONTROL_PLANE=real, and clusterctl's init and
-# move (scripts/clusterctl-test.sh). Each run gets its own
-# control plane from scripts/control-plane.sh in a temporary directory, stopped on exit
-# whatever happens.
+# integration tests' main flows with CAPLV_TEST_CONTROL_PLANE=real, the shipped image's manager
+# reconciling as the chart's ServiceAccount (scripts/test-image.sh --genuine; the image must have
+# been built by scripts/test-image.sh), and clusterctl's init and move
+# (scripts/clusterctl-test.sh). Each run gets its own control plane from scripts/control-plane.sh
+# in a temporary directory, stopped on exit whatever happens.
 #
 #   scripts/genuine-test.sh            all of it
 #   CAPLV_CP_PORT_BASE=31000 ...       ports of the control plane (default: control-plane.sh's)
@@ -74,6 +75,7 @@ start=$SECONDS
 with_control_plane v1beta1 memkube_and_capi_tests
 with_control_plane v1beta2 capi_tests
 with_control_plane v1beta1 helm_apply
+with_control_plane v1beta1 bash scripts/test-image.sh --genuine
 (cd "$root" && CAPLV_TEST_CONTROL_PLANE=real cargo_test --workspace --all-features --test manager -- \
   --exact --test-threads 1 "${main_flows[@]}")
 # clusterctl init with the generated provider files, and clusterctl move to a second control

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Test the Helm chart helm/caplv: lint and render it with Helm's own renderer (helm-python-sdk,
 # offline, no helm binary), check values.schema.json, and apply the rendered install to memkube
-# with kubectl. Python tooling lives in a venv under target/helm-venv, reused between runs.
+# with kubectl; check the dashboard and alerts against a running sandbox manager. Python tooling
+# lives in a venv under target/helm-venv, reused between runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +44,19 @@ cargo build --quiet -p memkube --bin memkube
 target_dir=$(cargo metadata --format-version 1 --no-deps \
   | "$venv/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 export CAPLV_MEMKUBE_BIN="$target_dir/debug/memkube"
+# The dashboard and alert tests scrape a sandbox manager and parse PromQL with Prometheus' own
+# parser (testbed/promql), built once per source into the cache.
+echo "== cargo build --bin caplv-manager" >&2
+cargo build --quiet -p caplv --bin caplv-manager
+export CAPLV_MANAGER_BIN="$target_dir/debug/caplv-manager"
+promql_key=$(cat testbed/promql/main.go testbed/promql/go.mod testbed/promql/go.sum | sha256sum | cut -c1-12)
+promql="$HOME/.cache/caplv/promql-$promql_key/promql-names"
+if [ ! -x "$promql" ]; then
+  echo "== go build testbed/promql (cached in ${promql%/*})" >&2
+  mkdir -p "${promql%/*}"
+  (cd testbed/promql && go build -trimpath -o "$promql.partial" . && mv "$promql.partial" "$promql")
+fi
+export CAPLV_PROMQL_NAMES=$promql
 
 echo "== pytest tests/helm" >&2
 PYTHONDONTWRITEBYTECODE=1 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/helm "$@"

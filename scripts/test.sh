@@ -24,6 +24,8 @@ echo "== fuzz (cargo-fuzz)"
 bash scripts/fuzz.sh "${fuzz_args[@]}"
 echo "== Helm chart (Helm's own renderer, schema, RBAC, apply to memkube)"
 bash scripts/test-helm.sh
+echo "== the image: the Dockerfile built with buildah, run with podman as OpenShift's restricted-v2 runs it"
+bash scripts/test-image.sh
 echo "== the genuine control plane (etcd, kube-apiserver, kube-controller-manager, Cluster API core)"
 bash scripts/control-plane.sh build
 echo "== differential suites and the chart's install on the genuine control plane"

@@ -1,8 +1,12 @@
 //! Prometheus metrics. One registry is created by the application and passed down; nothing is global.
 
-use std::time::Instant;
+pub mod inventory;
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use std::{sync::Arc, time::Instant};
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 /// Every metric the manager exports.
 #[derive(Clone, Debug)]
@@ -30,6 +34,9 @@ pub struct Metrics {
     pub schedule_lag: Histogram,
     /// Seconds from a window's opening edge to its Node taking pods.
     pub edge_schedulable_lag: Histogram,
+    /// Windows that ended (closed, disabled, killed or reclaimed) after opening without their
+    /// Node ever taking pods.
+    pub missed_windows: IntCounter,
     /// LibvirtMachine lifecycle events by kind (`provisioned`, `restarted`, `guest_shutdown`,
     /// `crashed`, `vanished`, `shutdown_requested`, `shutdown_timed_out`, `shutdown_refused`,
     /// `deleted`, `abandoned`).
@@ -46,6 +53,8 @@ pub struct Metrics {
     pub host_calls: IntCounterVec,
     /// Connections opened to hosts (SSH and libvirt handshakes), by result (`opened`, `failed`).
     pub host_connects: IntCounterVec,
+    /// Machines by phase and hosts by readiness and capacity, read from the caches at scrape.
+    pub inventory: Arc<inventory::Inventory>,
 }
 
 impl Metrics {
@@ -105,6 +114,10 @@ impl Metrics {
                 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 1800.0,
             ]),
         )?;
+        let missed_windows = IntCounter::new(
+            "scheduled_machine_missed_windows_total",
+            "Windows that ended after opening without their Node ever taking pods",
+        )?;
         let machine_events = IntCounterVec::new(
             Opts::new(
                 "libvirt_machine_events_total",
@@ -141,6 +154,9 @@ impl Metrics {
             Opts::new("host_connects_total", "Connections opened to hosts, by result"),
             &["result"],
         )?;
+        let inventory = Arc::new(inventory::Inventory::new()?);
+        registry.register(Box::new(inventory::Registered(inventory.clone())))?;
+        registry.register(Box::new(missed_windows.clone()))?;
         registry.register(Box::new(host_calls.clone()))?;
         registry.register(Box::new(host_connects.clone()))?;
         registry.register(Box::new(csr_decisions.clone()))?;
@@ -171,12 +187,14 @@ impl Metrics {
             evictions,
             schedule_lag,
             edge_schedulable_lag,
+            missed_windows,
             machine_events,
             provision_duration,
             host_reclaims,
             csr_decisions,
             host_calls,
             host_connects,
+            inventory,
         })
     }
 

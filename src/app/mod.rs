@@ -249,6 +249,8 @@ pub async fn run(
         #[cfg(feature = "caplv")]
         hosts,
     ));
+    #[cfg(feature = "caplv")]
+    crate::controllers::libvirt_inventory::install(&ctx);
     match &config.leader {
         None => {
             metrics.leader.set(1);

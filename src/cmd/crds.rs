@@ -56,6 +56,9 @@ fn write_dir(dir: &Path) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
+mod descriptions;
+
+#[cfg(test)]
 mod tests {
     use std::path::PathBuf;
 

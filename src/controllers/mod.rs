@@ -13,6 +13,8 @@ pub mod libvirt_cluster;
 #[cfg(feature = "caplv")]
 pub mod libvirt_host;
 #[cfg(feature = "caplv")]
+pub mod libvirt_inventory;
+#[cfg(feature = "caplv")]
 pub mod libvirt_machine;
 #[cfg(feature = "caplv")]
 pub mod libvirt_machine_template;

@@ -71,6 +71,11 @@ where
         self.store.get_or_init(|| self.start()).clone()
     }
 
+    /// The store if a reader has started the watch; never starts it.
+    pub fn started_store(&self) -> Option<Store<K>> {
+        self.store.get().cloned()
+    }
+
     /// The store, once the first list has filled it.
     pub async fn synced_store(&self) -> Store<K> {
         let store = self.store();

@@ -298,6 +298,9 @@ async fn report_transition(
         .phase_transitions
         .with_label_values(&[from_name, to.as_str()])
         .inc();
+    if window::missed(old, to, now) {
+        ctx.metrics.missed_windows.inc();
+    }
     if let Some(due) = old
         .next_transition
         .as_ref()

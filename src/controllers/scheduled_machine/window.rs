@@ -45,6 +45,26 @@ fn schedulable_after(seen: &Observed, action: &Action) -> bool {
     node.ready && !cordoned && !taints::window_closed(taints)
 }
 
+/// Whether the change from `old` to `phase` ends a window that had opened without its Node ever
+/// taking pods: closed, disabled, killed or reclaimed. A window still in its lead time had not
+/// opened, so it is not missed.
+#[must_use]
+pub fn missed(old: &ScheduledMachineStatus, phase: Phase, now: DateTime<Utc>) -> bool {
+    let ends = matches!(
+        phase,
+        Phase::ShuttingDown | Phase::Inactive | Phase::Disabled | Phase::Terminated | Phase::Reclaimed
+    );
+    let was_in_window = matches!(old.phase, Some(Phase::Preparing | Phase::Pending | Phase::Active));
+    ends && was_in_window
+        && old.window.as_ref().is_some_and(|r| {
+            r.schedulable_at.is_none()
+                && r.opens_at
+                    .as_ref()
+                    .and_then(chrono_of)
+                    .is_some_and(|opens| opens <= now)
+        })
+}
+
 /// The record and durations after this reconcile's `phase` and `action`.
 #[must_use]
 pub fn advance(
@@ -94,5 +114,56 @@ pub fn advance(
         record,
         provisioning_durations: durations,
         schedulable_lag,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(phase: Phase, opens: DateTime<Utc>, schedulable: Option<DateTime<Utc>>) -> ScheduledMachineStatus {
+        ScheduledMachineStatus {
+            phase: Some(phase),
+            window: Some(WindowRecord {
+                opens_at: time(opens),
+                schedulable_at: schedulable.and_then(time),
+                ..WindowRecord::default()
+            }),
+            ..ScheduledMachineStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_window_is_missed_only_if_it_opened_and_ended_without_pods() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let hour = chrono::Duration::hours(1);
+        let opened = now - hour;
+        assert!(missed(&status(Phase::Active, opened, None), Phase::ShuttingDown, now));
+        assert!(missed(&status(Phase::Pending, opened, None), Phase::Reclaimed, now));
+        // It took pods: not missed.
+        assert!(!missed(
+            &status(Phase::Active, opened, Some(opened)),
+            Phase::ShuttingDown,
+            now
+        ));
+        // Still in its lead time when disabled: it never opened.
+        assert!(!missed(
+            &status(Phase::Preparing, now + hour, None),
+            Phase::Disabled,
+            now
+        ));
+        // Counted once: the rest of the teardown is not another end.
+        assert!(!missed(
+            &status(Phase::ShuttingDown, opened, None),
+            Phase::Inactive,
+            now
+        ));
+        // A window going wrong has not ended.
+        assert!(!missed(&status(Phase::Active, opened, None), Phase::Error, now));
+        let no_record = ScheduledMachineStatus {
+            phase: Some(Phase::Active),
+            ..ScheduledMachineStatus::default()
+        };
+        assert!(!missed(&no_record, Phase::ShuttingDown, now));
     }
 }
