@@ -9,7 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 image=$1
 shift
-restricted=("$@")
+# Kept after it exits, for its log; removed on the way out.
+restricted=()
+for arg in "$@"; do
+  [ "$arg" = --rm ] || restricted+=("$arg")
+done
 : "${KUBECONFIG:?no KUBECONFIG: run in a scripts/control-plane.sh environment}"
 : "${CAPLV_CP_API_PORT:?}" "${CAPLV_CP_CA_FILE:?}" "${CAPLV_CP_AUDIT_LOG:?}"
 kubectl=("${CAPLV_CP_KUBECTL:-kubectl}" --kubeconfig "$KUBECONFIG")
@@ -35,7 +39,8 @@ podman image exists "$image" || die "no image $image: run scripts/test-image.sh 
 
 # The install as a user applies it: CRDs, the ServiceAccount, its RBAC, the Deployment (which
 # no kubelet runs here: the container below plays its pod).
-"${kubectl[@]}" apply --server-side -f manifests/install.yaml >/dev/null
+"${kubectl[@]}" create namespace "$namespace" --dry-run=client -o yaml | "${kubectl[@]}" apply -f - >/dev/null
+"${kubectl[@]}" apply --server-side -f manifests/install.yaml >/dev/null || die "cannot apply manifests/install.yaml"
 "${kubectl[@]}" wait --for=condition=Established --timeout=60s crd --all >/dev/null
 
 # What the kubelet would mount: a token of the pod's ServiceAccount, the cluster CA, the namespace.
@@ -54,7 +59,14 @@ mapfile -t args < <("${kubectl[@]}" -n "$namespace" get deployment "$account" \
   python3 -c 'import json, sys; print("\n".join(json.load(sys.stdin)))')
 [ "${args[0]:-}" = run ] || die "unexpected Deployment arguments: ${args[*]}"
 metrics_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-args+=("--metrics-addr=127.0.0.1:$metrics_port")
+replaced=false
+for i in "${!args[@]}"; do
+  if [[ ${args[$i]} == --metrics-addr=* ]]; then
+    args[i]="--metrics-addr=127.0.0.1:$metrics_port"
+    replaced=true
+  fi
+done
+$replaced || die "the Deployment's arguments name no --metrics-addr=: ${args[*]}"
 
 podman rm -f "$container" >/dev/null 2>&1 || true
 podman run -d --name "$container" "${restricted[@]}" --network host \
