@@ -11,8 +11,8 @@
 #     the binary (which has the sandbox), for running the demo.
 #   - Each check runs in a container with an arbitrary UID and GID 0, a read-only root file
 #     system, /tmp a tmpfs, no network but loopback, every capability dropped and no new
-#     privileges: `--help`; `crds --out-dir` (the committed CRDs, written as that UID, to /tmp
-#     but not to the root); the shipped image has no `sandbox`; `sandbox --demo` in the other.
+#     privileges: `--help`; `crds`; `crds --out-dir` (the committed CRDs, written as that UID, to
+#     /tmp but not to the root); the shipped image has no `sandbox`; `sandbox --demo` in the other.
 #
 #   scripts/test-image.sh             build both images and run the checks above
 #   scripts/test-image.sh --genuine   in a scripts/control-plane.sh environment (its env file
@@ -217,6 +217,9 @@ podman run "${restricted[@]}" --network none -v "$out:/out" "$image" crds --out-
 diff -r manifests/crds "$out" >&2 || die "the image's crds differ from manifests/crds"
 owner=$(stat -c %u:%g "$out/$(ls "$out" | head -n 1)")
 [ "$owner" = 1000870000:0 ] || die "the container wrote as $owner, not 1000870000:0"
+printed=$(podman run "${restricted[@]}" --network none "$image" crds) || die "crds failed"
+[ "$(grep -c '^kind: CustomResourceDefinition' <<<"$printed")" -eq "$(ls manifests/crds | wc -l)" ] ||
+  die "crds printed another number of CRDs than manifests/crds holds"
 podman run "${restricted[@]}" --network none "$image" crds --out-dir /tmp/crds || die "/tmp is not writable"
 if err=$(podman run "${restricted[@]}" --network none "$image" crds --out-dir /usr/local/crds 2>&1); then
   die "the root file system is writable"

@@ -6,6 +6,7 @@ The chart is rendered and linted with helm-python-sdk (Helm's own Go renderer, o
 from __future__ import annotations
 
 import pathlib
+import subprocess
 from typing import Any
 
 import helm_python as helm
@@ -18,6 +19,16 @@ RBAC_DIR = CHART_DIR / "files" / "rbac"
 RELEASE = "caplv"
 NAMESPACE = "caplv-system"
 FAMILIES = ("caplv", "ignition", "fivespot")
+
+
+def stop_process(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM, then SIGKILL if `proc` has not exited within `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def family_values(enabled: set[str] | tuple[str, ...]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import CHART_DIR, NAMESPACE, REPO, RELEASE
+from conftest import CHART_DIR, NAMESPACE, REPO, RELEASE, stop_process
 
 DEADLINE_S = 30.0
 
@@ -62,12 +62,7 @@ def kubeconfig(tmp_path_factory):
         assert "127.0.0.1" in config.read_text()
         yield config
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 10)
         log.close()
 
 

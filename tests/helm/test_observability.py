@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import CHART_DIR, REPO
+from conftest import CHART_DIR, REPO, stop_process
 
 DASHBOARD = CHART_DIR / "dashboards" / "caplv.json"
 RULES = CHART_DIR / "alerts" / "caplv.rules.yaml"
@@ -159,12 +159,8 @@ def sandbox_metrics(tmp_path_factory):
         wait("the worker's LibvirtMachine running", lambda: 'caplv_libvirt_machines{phase="Running"} 1' in scrape())
         yield scrape()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 30)
+        log.close()
 
 
 def test_every_metric_the_dashboard_and_rules_read_is_exported(sandbox_metrics):
