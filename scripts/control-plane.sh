@@ -202,10 +202,11 @@ start() {
 
 # restart DIR NAME: kill one component with SIGKILL, as a crash would, and start it again with
 # the command line it was started with (its log goes on); for the tests that restart the API
-# server or etcd under the manager.
+# server or etcd under the manager. Returns once the new process listens; a process that exits
+# first is reported with the end of its log and started again, at most three times.
 cmd_restart() {
   dir=${1:?usage: control-plane.sh restart DIR NAME}
-  local name=${2:?usage: control-plane.sh restart DIR NAME} pid
+  local name=${2:?usage: control-plane.sh restart DIR NAME} pid attempt
   [ -e "$dir/cmds/$name" ] || die "$dir runs no component named '$name'"
   pid=$(cat "$dir/pids/$name")
   kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
@@ -216,17 +217,40 @@ cmd_restart() {
   done
   local -a cmd
   mapfile -t cmd <"$dir/cmds/$name"
-  setsid "${cmd[@]}" >>"$dir/logs/$name.log" 2>&1 </dev/null &
-  echo $! >"$dir/pids/$name"
+  for attempt in 1 2 3; do
+    setsid "${cmd[@]}" >>"$dir/logs/$name.log" 2>&1 </dev/null &
+    pid=$!
+    echo $pid >"$dir/pids/$name"
+    listening "$pid" 120 && return 0
+    echo "control-plane: $name (pid $pid) did not come back (attempt $attempt); its log ends:" >&2
+    tail -n 20 "$dir/logs/$name.log" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+    while alive "$pid"; do sleep 0.1; done
+  done
+  die "$name did not start again after three attempts (log: $dir/logs/$name.log)"
+}
+
+# listening PID SECONDS: wait until process PID listens on a TCP port; fail if it exits first
+# or the deadline passes.
+listening() {
+  local deadline=$((SECONDS + $2))
+  until ss -Htlnp | grep -q "pid=$1,"; do
+    alive "$1" && [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.2
+  done
 }
 
 # alive PID: the process exists and has not exited. A component killed after its starter exited
 # is reparented, and where nothing reaps it, it lingers as a zombie that `kill -0` still finds.
+# A multithreaded process's leader shows as a zombie while its other threads are still exiting,
+# and those hold its files (listening sockets among them) until the last one is gone.
 alive() {
-  local stat
+  local stat tasks
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
   stat=${stat##*) }
-  [ "${stat%% *}" != Z ]
+  [ "${stat%% *}" != Z ] && return 0
+  tasks=("/proc/$1/task/"*)
+  [ ${#tasks[@]} -gt 1 ]
 }
 
 # stop_all DIR: SIGTERM every component, SIGKILL what is left after 15 s, and return only once

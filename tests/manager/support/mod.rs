@@ -235,12 +235,22 @@ async fn start_memkube(versions: CapiVersions, kubelet: capi_sim::KubeletMode) -
 }
 
 /// Poll `check` until it returns true, failing the test with `what` after [`deadline`].
-pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+pub async fn wait_until<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + deadline();
+    wait_until_within(what, deadline(), check).await;
+}
+
+/// [`wait_until`] with a deadline of its own, for a wait whose length a test sets itself (a
+/// watcher's backoff, say).
+pub async fn wait_until_within<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
     loop {
         if check().await {
             return;
