@@ -274,6 +274,26 @@ fn var(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
+/// The RPC messages between two tallies by procedure, most frequent first: where a round's
+/// round trips went (procedure numbers as in libvirt's `remote_protocol.x`).
+fn print_procedures(
+    what: &str,
+    from: &std::collections::BTreeMap<(u32, i32), u64>,
+    to: &std::collections::BTreeMap<(u32, i32), u64>,
+) {
+    let mut made: Vec<_> = to
+        .iter()
+        .map(|(p, n)| (*p, n - from.get(p).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    made.sort_by_key(|(p, n)| (std::cmp::Reverse(*n), *p));
+    let list: Vec<String> = made
+        .iter()
+        .map(|((program, procedure), n)| format!("{program:#x}/{procedure}: {n}"))
+        .collect();
+    println!("  last round's {what} RPCs by program/procedure: {}", list.join(", "));
+}
+
 async fn real_libvirt() -> Vec<Round> {
     let (Some(uri), Some(pin), Some(key), Some(pool), Some(base), Some(code), Some(vars)) = (
         var("CAPLV_SYS_URI"),
@@ -333,12 +353,14 @@ async fn real_libvirt() -> Vec<Round> {
     for round in 0..REAL_ROUNDS {
         let name = format!("bench-{round}");
         let before = conn.rpc_messages().unwrap_or(0);
+        let procedures_before = conn.rpc_procedures().unwrap_or_default();
         let start = Instant::now();
         create(&b.client, lvm(&name, "real", &spec)).await;
         create(&b.client, machine(&name)).await;
         wait("domain running", Duration::from_secs(180), || running(&b.server, &name)).await;
         let up = start.elapsed();
         let mid = conn.rpc_messages().unwrap_or(0);
+        let procedures_mid = conn.rpc_procedures().unwrap_or_default();
         let start = Instant::now();
         machines(&b.client)
             .delete(&name, &DeleteParams::default())
@@ -347,6 +369,11 @@ async fn real_libvirt() -> Vec<Round> {
         wait("machine gone", Duration::from_secs(180), || lvm_count(&b.server) == 0).await;
         let down = start.elapsed();
         let after = conn.rpc_messages().unwrap_or(0);
+        if round + 1 == REAL_ROUNDS {
+            let procedures_after = conn.rpc_procedures().unwrap_or_default();
+            print_procedures("provision", &procedures_before, &procedures_mid);
+            print_procedures("teardown", &procedures_mid, &procedures_after);
+        }
         assert!(lvms.get_opt(&name).await.unwrap().is_none());
         println!(
             "  {round:>5}  {:>14.2} s  {:>4}  {:>11.2} s  {:>4}",

@@ -364,8 +364,15 @@ pub trait Hypervisor: Send + Sync {
     fn pool(&self, name: &str) -> HvResult<Option<PoolInfo>>;
     /// Names of the volumes in `pool`.
     fn list_volumes(&self, pool: &str) -> HvResult<Vec<String>>;
-    /// The volume `name` in `pool`, if any.
+    /// The volume `name` in `pool`, if any; also one copied into the pool behind libvirt's back
+    /// (a base image), which may cost a pool refresh.
     fn volume(&self, pool: &str, name: &str) -> HvResult<Option<VolumeInfo>>;
+    /// The volume `name` in `pool`, if any, for a volume this provider creates through libvirt:
+    /// libvirt knows those without a pool refresh, which on a remote host costs round trips and
+    /// a scan of the pool's directory.
+    fn created_volume(&self, pool: &str, name: &str) -> HvResult<Option<VolumeInfo>> {
+        self.volume(pool, name)
+    }
     /// Creates a volume (e.g. a qcow2 overlay or the empty Ignition volume).
     fn create_volume(&self, pool: &str, vol: &VolumeXml) -> HvResult<VolumeInfo>;
     /// Creates a volume in `pool` as a full copy of `from` (missing `from` is `BaseImageNotFound`).

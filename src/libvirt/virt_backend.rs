@@ -36,7 +36,10 @@
 //! - libvirt's `define` silently updates an existing domain with the same name and UUID, so
 //!   `define_and_start` looks the name and UUID up first and reports `AlreadyExists`.
 //! - Volumes copied into a `dir` pool behind libvirt's back are invisible until the pool is
-//!   refreshed; a failed volume lookup refreshes the pool once and retries.
+//!   refreshed; a failed lookup of such a volume (a base image) refreshes the pool once and
+//!   retries. Volumes created through libvirt are looked up without a refresh.
+//! - What a connection's host is (versions, CPUs, memory, the capabilities XML) is read once
+//!   per connection; free memory and statistics are read on every probe.
 //! - A daemon without a usable QEMU still answers (and serves storage), but
 //!   `virConnectGetVersion` fails ("Cannot find suitable emulator"): `capabilities` reports that
 //!   as `HypervisorUnavailable`.
@@ -58,6 +61,7 @@ use virt::stream::Stream;
 use virt::sys;
 
 mod convert;
+mod host_facts;
 mod network;
 mod node_stats;
 mod streams;
@@ -65,7 +69,7 @@ pub use node_stats::faked_stats_path;
 
 use convert::{
     code_name, code_of, convert_state, emulation_error, is_already_exists, is_code, is_unsupported_flags, stop_reason,
-    version_string, volume_exists_error,
+    volume_exists_error,
 };
 
 use super::domain_xml::DomainXml;
@@ -104,6 +108,8 @@ pub struct VirtHypervisor {
     conn: Option<Connect>,
     uri: String,
     test_driver: bool,
+    /// What the host is, read on the first probe.
+    facts: host_facts::FactsCache,
 }
 
 impl std::fmt::Debug for VirtHypervisor {
@@ -142,6 +148,7 @@ impl VirtHypervisor {
             conn: Some(conn),
             uri: uri.to_owned(),
             test_driver,
+            facts: host_facts::FactsCache::default(),
         })
     }
 
@@ -278,7 +285,17 @@ impl VirtHypervisor {
             .ok_or_else(|| HypervisorError::StoragePoolNotFound { pool: name.to_owned() })
     }
 
+    /// A volume created through libvirt, which its pool lists without a refresh.
     fn lookup_volume(&self, pool: &StoragePool, name: &str) -> HvResult<Option<StorageVol>> {
+        match pool.lookup_storage_vol_by_name(name) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if is_code(&e, ErrorNumber::NoStorageVolume) => Ok(None),
+            Err(e) => Err(self.err("lookup volume", &e)),
+        }
+    }
+
+    /// A volume that may have been copied into the pool behind libvirt's back.
+    fn find_volume(&self, pool: &StoragePool, name: &str) -> HvResult<Option<StorageVol>> {
         for attempt in 0..2 {
             match pool.lookup_storage_vol_by_name(name) {
                 Ok(v) => return Ok(Some(v)),
@@ -316,24 +333,7 @@ impl VirtHypervisor {
 impl Hypervisor for VirtHypervisor {
     fn capabilities(&self) -> HvResult<HostInfo> {
         let c = self.conn()?;
-        let lib = c.lib_version().map_err(|e| self.err("libvirt version", &e))?;
-        let hyp = c.hyp_version().map_err(|e| match self.err("hypervisor version", &e) {
-            HypervisorError::Libvirt { message, .. } => HypervisorError::HypervisorUnavailable { message },
-            other => other,
-        })?;
-        let driver = c.driver_type().map_err(|e| self.err("driver type", &e))?;
-        let node = c.node_info().map_err(|e| self.err("node info", &e))?;
-        let caps = c.capabilities().map_err(|e| self.err("capabilities", &e))?;
-        let free_memory_mib = c.free_memory().ok().filter(|b| *b > 0).map(|b| b / (1024 * 1024));
-        Ok(HostInfo {
-            libvirt_version: version_string(lib),
-            driver,
-            hypervisor_version: version_string(hyp),
-            kvm_available: caps.contains("<domain type='kvm'") || caps.contains("<domain type=\"kvm\""),
-            cpus: node.cpus,
-            memory_mib: node.memory / 1024,
-            free_memory_mib,
-        })
+        self.facts.host_info(c, |operation, e| self.err(operation, e))
     }
 
     fn list_domains(&self) -> HvResult<Vec<String>> {
@@ -462,6 +462,14 @@ impl Hypervisor for VirtHypervisor {
 
     fn volume(&self, pool: &str, name: &str) -> HvResult<Option<VolumeInfo>> {
         let p = self.require_pool(pool)?;
+        match self.find_volume(&p, name)? {
+            Some(v) => Ok(Some(self.volume_info(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn created_volume(&self, pool: &str, name: &str) -> HvResult<Option<VolumeInfo>> {
+        let p = self.require_pool(pool)?;
         match self.lookup_volume(&p, name)? {
             Some(v) => Ok(Some(self.volume_info(&v)?)),
             None => Ok(None),
@@ -484,7 +492,7 @@ impl Hypervisor for VirtHypervisor {
         let p = self.require_pool(pool)?;
         let src_pool = self.require_pool(from.pool)?;
         let src = self
-            .lookup_volume(&src_pool, from.name)?
+            .find_volume(&src_pool, from.name)?
             .ok_or_else(|| HypervisorError::BaseImageNotFound {
                 pool: from.pool.to_owned(),
                 volume: from.name.to_owned(),

@@ -94,6 +94,12 @@ impl Connection {
         self.tunnel.as_ref().map(Tunnel::rpc_messages)
     }
 
+    /// Those messages by program and procedure number, for SSH hosts.
+    #[must_use]
+    pub fn rpc_procedures(&self) -> Option<std::collections::BTreeMap<crate::libvirt::ssh::rpc_count::Procedure, u64>> {
+        self.tunnel.as_ref().map(Tunnel::rpc_procedures)
+    }
+
     /// Whether the tunnel or the libvirt connection has died (checked without an RPC).
     fn is_closed(&self) -> bool {
         self.tunnel.as_ref().is_some_and(Tunnel::is_closed) || !self.hv.is_alive()

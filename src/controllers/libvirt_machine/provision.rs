@@ -174,7 +174,7 @@ fn ensure_root_volume(hv: &dyn Hypervisor, root: &RootDiskPlan) -> Result<(), Pr
     if !pool.active {
         return Err(ProvisionError::PoolInactive(root.pool.clone()));
     }
-    if hv.volume(&root.pool, &root.volume)?.is_some() {
+    if hv.created_volume(&root.pool, &root.volume)?.is_some() {
         return Ok(());
     }
     let base = match hv.volume(&root.base_pool, &root.base_image) {
@@ -219,7 +219,7 @@ fn ensure_root_volume(hv: &dyn Hypervisor, root: &RootDiskPlan) -> Result<(), Pr
 
 fn ensure_data_disks(hv: &dyn Hypervisor, disks: &[DataDiskPlan]) -> Result<(), ProvisionError> {
     for d in disks {
-        if hv.volume(&d.pool, &d.volume)?.is_some() {
+        if hv.created_volume(&d.pool, &d.volume)?.is_some() {
             continue;
         }
         match hv.create_volume(&d.pool, &empty_qcow2_volume(&d.volume, d.size_bytes)?) {
@@ -255,7 +255,7 @@ fn ensure_reservations(hv: &dyn Hypervisor, reservations: &[DhcpReservation]) ->
 /// The Ignition volume's path, after making sure it holds exactly `payload`.
 fn ensure_ignition(hv: &dyn Hypervisor, pool: &str, node_name: &str, payload: &[u8]) -> Result<String, ProvisionError> {
     let vol = ignition_volume(node_name, payload.len() as u64)?;
-    if let Some(existing) = hv.volume(pool, &vol.name)? {
+    if let Some(existing) = hv.created_volume(pool, &vol.name)? {
         let current = hv.download_volume(pool, &vol.name, payload.len() as u64 + 1)?;
         if current == payload {
             return Ok(existing.path);
@@ -426,7 +426,7 @@ pub fn leftovers(hv: &dyn Hypervisor, artifacts: &ManagedArtifacts, uuid: Uuid) 
         left.push(format!("domain {name}"));
     }
     for (pool, volume) in volumes(artifacts) {
-        match hv.volume(pool, volume) {
+        match hv.created_volume(pool, volume) {
             Ok(Some(_)) => left.push(format!("volume {pool}/{volume}")),
             Ok(None) | Err(HypervisorError::StoragePoolNotFound { .. }) => {}
             Err(e) => return Err(e),

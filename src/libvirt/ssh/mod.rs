@@ -32,7 +32,7 @@
 //! Errors are [`SshError`]; [`SshError::reason`] gives the `Reachable` condition reason.
 
 mod fingerprint;
-mod rpc_count;
+pub mod rpc_count;
 mod tunnel;
 pub mod uri;
 

@@ -4,7 +4,6 @@
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -12,6 +11,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::rpc_count::{FrameCounter, Procedure, RpcTally};
 use super::{Mode, SshError, SshSession};
 
 /// Longest path a unix socket address can hold on Linux (`sun_path` is 108 bytes incl. NUL).
@@ -27,7 +27,7 @@ pub struct Tunnel {
     mode: Mode,
     stop: CancellationToken,
     accept_task: JoinHandle<()>,
-    rpc_messages: Arc<AtomicU64>,
+    rpc: Arc<RpcTally>,
 }
 
 impl Tunnel {
@@ -58,14 +58,14 @@ impl Tunnel {
         let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
 
         let stop = CancellationToken::new();
-        let rpc_messages = Arc::new(AtomicU64::new(0));
+        let rpc = Arc::new(RpcTally::default());
         let accept_task = tokio::spawn(accept_loop(
             listener,
             session.clone(),
             remote.to_string(),
             stop.clone(),
             socket.clone(),
-            rpc_messages.clone(),
+            rpc.clone(),
         ));
         let mode = session.target().mode;
         Ok(Tunnel {
@@ -75,14 +75,19 @@ impl Tunnel {
             mode,
             stop,
             accept_task,
-            rpc_messages,
+            rpc,
         })
     }
 
     /// libvirt RPC messages sent to the host through this tunnel so far (calls and stream
     /// packets; each call is one round trip over SSH).
     pub fn rpc_messages(&self) -> u64 {
-        self.rpc_messages.load(Ordering::Relaxed)
+        self.rpc.total()
+    }
+
+    /// Those messages by program and procedure number, for a profile of where they go.
+    pub fn rpc_procedures(&self) -> std::collections::BTreeMap<Procedure, u64> {
+        self.rpc.by_procedure()
     }
 
     /// Path of the local socket.
@@ -128,14 +133,14 @@ async fn accept_loop(
     remote: String,
     stop: CancellationToken,
     socket: PathBuf,
-    rpc_messages: Arc<AtomicU64>,
+    rpc: Arc<RpcTally>,
 ) {
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok((conn, _)) => {
-                    tokio::spawn(pump(conn, session.clone(), remote.clone(), stop.child_token(), rpc_messages.clone()));
+                    tokio::spawn(pump(conn, session.clone(), remote.clone(), stop.child_token(), rpc.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(socket = %socket.display(), error = %e, "libvirt tunnel: accept failed");
@@ -152,13 +157,7 @@ async fn accept_loop(
     stop.cancel();
 }
 
-async fn pump(
-    conn: UnixStream,
-    session: SshSession,
-    remote: String,
-    stop: CancellationToken,
-    rpc_messages: Arc<AtomicU64>,
-) {
+async fn pump(conn: UnixStream, session: SshSession, remote: String, stop: CancellationToken, rpc: Arc<RpcTally>) {
     let channel = match session.open_streamlocal(&remote).await {
         Ok(c) => c,
         Err(e) => {
@@ -170,16 +169,14 @@ async fn pump(
     let (mut local_read, mut local_write) = conn.into_split();
     let (mut remote_read, mut remote_write) = tokio::io::split(channel);
     let upstream = async {
-        let mut counter = super::rpc_count::FrameCounter::default();
+        let mut counter = FrameCounter::default();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let n = local_read.read(&mut buf).await?;
             if n == 0 {
                 return remote_write.shutdown().await;
             }
-            let before = counter.frames();
-            counter.feed(&buf[..n]);
-            rpc_messages.fetch_add(counter.frames() - before, Ordering::Relaxed);
+            counter.feed(&buf[..n], &rpc);
             remote_write.write_all(&buf[..n]).await?;
         }
     };

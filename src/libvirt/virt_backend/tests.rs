@@ -1,3 +1,4 @@
+use super::convert::version_string;
 use super::*;
 use crate::api::libvirt_machine::DomainType;
 use crate::libvirt::domain_xml::{ConsolePlan, DomainPlan, FirmwarePlan, default_system_nvram_path};
@@ -407,7 +408,28 @@ fn real_libvirt_storage_roundtrip() {
         assert_eq!(hv.download_volume("caplv-rt", &ign.name, 1 << 20).unwrap(), payload);
         let on_disk = std::fs::read(std::path::Path::new(&dir).join(&ign.name)).unwrap();
         assert_eq!(on_disk, payload);
-        for name in ["w1-root.qcow2", "w2-root.qcow2", "w1-ignition.ign", "base.qcow2"] {
+        // A file copied in behind libvirt's back: a base image's lookup refreshes the pool and
+        // finds it; a lookup of a volume libvirt created does not pay for a refresh.
+        let copied = std::path::Path::new(&dir).join("copied.qcow2");
+        std::fs::copy(&base.path, &copied).unwrap();
+        assert!(hv.created_volume("caplv-rt", "copied.qcow2").unwrap().is_none());
+        assert!(hv.volume("caplv-rt", "copied.qcow2").unwrap().is_some());
+        assert!(hv.created_volume("caplv-rt", "w1-root.qcow2").unwrap().is_some());
+        // The host's facts are read once per connection; free memory on every probe.
+        if let (Ok(first), Ok(again)) = (hv.capabilities(), hv.capabilities()) {
+            assert_eq!(
+                (first.cpus, first.memory_mib, first.kvm_available),
+                (again.cpus, again.memory_mib, again.kvm_available)
+            );
+            assert!(again.free_memory_mib.is_some(), "{again:?}");
+        }
+        for name in [
+            "w1-root.qcow2",
+            "w2-root.qcow2",
+            "w1-ignition.ign",
+            "base.qcow2",
+            "copied.qcow2",
+        ] {
             hv.delete_volume("caplv-rt", name).unwrap();
         }
         assert!(hv.list_volumes("caplv-rt").unwrap().is_empty());
