@@ -71,6 +71,8 @@ pub enum Op {
     ListVolumes,
     /// [`Hypervisor::volume`].
     Volume,
+    /// [`Hypervisor::created_volume`].
+    CreatedVolume,
     /// [`Hypervisor::create_volume`].
     CreateVolume,
     /// [`Hypervisor::clone_volume`].
@@ -103,6 +105,15 @@ struct Pool {
     path: String,
     active: bool,
     volumes: BTreeMap<String, Volume>,
+    /// Files in the pool's directory that libvirt lists only after a refresh.
+    unlisted: BTreeMap<String, Volume>,
+}
+
+impl Pool {
+    /// What `virStoragePoolRefresh` does: every file in the directory becomes a volume.
+    fn refresh(&mut self) {
+        self.volumes.append(&mut self.unlisted);
+    }
 }
 
 impl Pool {
@@ -278,6 +289,7 @@ impl FakeHypervisor {
                 path: path.to_owned(),
                 active,
                 volumes: BTreeMap::new(),
+                unlisted: BTreeMap::new(),
             },
         );
         self
@@ -395,11 +407,30 @@ impl FakeHypervisor {
         self.lock().domains.get(name).map(|d| d.xml.clone())
     }
 
-    /// Names of the volumes in `pool`, sorted. Panics if there is no such pool.
+    /// A file written into `pool`'s directory behind libvirt's back, as virtlogd writes a
+    /// console log: libvirt lists it only after a pool refresh. Panics if there is no such pool.
+    pub fn write_behind_libvirt(&self, pool: &str, name: &str) {
+        let file = Volume {
+            capacity: 0,
+            allocation: 0,
+            bytes: Vec::new(),
+        };
+        match self.lock().pools.get_mut(pool) {
+            Some(p) => p.unlisted.insert(name.to_owned(), file),
+            None => panic!("write_behind_libvirt: no pool {pool:?}"),
+        };
+    }
+
+    /// Names of the files in `pool`'s directory (listed by libvirt or not), sorted. Panics if
+    /// there is no such pool.
     #[must_use]
     pub fn volume_names(&self, pool: &str) -> Vec<String> {
         match self.lock().pools.get(pool) {
-            Some(p) => p.volumes.keys().cloned().collect(),
+            Some(p) => {
+                let mut names: Vec<String> = p.volumes.keys().chain(p.unlisted.keys()).cloned().collect();
+                names.sort();
+                names
+            }
             None => panic!("volume_names: no pool {pool:?}"),
         }
     }
@@ -535,6 +566,16 @@ impl Hypervisor for FakeHypervisor {
     fn volume(&self, pool: &str, name: &str) -> HvResult<Option<VolumeInfo>> {
         let mut s = self.lock();
         s.enter(Op::Volume)?;
+        let p = s.active_pool(pool, "lookup volume")?;
+        if !p.volumes.contains_key(name) {
+            p.refresh();
+        }
+        Ok(p.volumes.get(name).map(|v| p.info(name, v)))
+    }
+
+    fn created_volume(&self, pool: &str, name: &str) -> HvResult<Option<VolumeInfo>> {
+        let mut s = self.lock();
+        s.enter(Op::CreatedVolume)?;
         let p = s.active_pool(pool, "lookup volume")?;
         Ok(p.volumes.get(name).map(|v| p.info(name, v)))
     }

@@ -368,16 +368,44 @@ fn delete_volume_if_present(hv: &dyn Hypervisor, pool: &str, name: &str) -> HvRe
     }
 }
 
-fn volumes(artifacts: &ManagedArtifacts) -> impl Iterator<Item = (&str, &str)> {
-    [
-        &artifacts.root_volume,
-        &artifacts.ignition_volume,
-        &artifacts.console_log,
-    ]
-    .into_iter()
-    .filter_map(|v| v.as_deref())
-    .chain(artifacts.additional_volumes.iter().map(String::as_str))
-    .filter_map(split_pool_volume)
+/// A recorded volume, and whether libvirt lists it without a pool refresh: the provider
+/// creates its disks through libvirt, but virtlogd writes the console log into the pool behind
+/// libvirt's back, so only a refresh makes that one visible.
+struct Recorded<'a> {
+    pool: &'a str,
+    name: &'a str,
+    listed_without_refresh: bool,
+}
+
+fn volumes(artifacts: &ManagedArtifacts) -> impl Iterator<Item = Recorded<'_>> {
+    let created = [&artifacts.root_volume, &artifacts.ignition_volume]
+        .into_iter()
+        .filter_map(|v| v.as_deref())
+        .chain(artifacts.additional_volumes.iter().map(String::as_str))
+        .map(|v| (v, true));
+    let console = artifacts.console_log.as_deref().map(|v| (v, false));
+    created.chain(console).filter_map(|(v, listed_without_refresh)| {
+        split_pool_volume(v).map(|(pool, name)| Recorded {
+            pool,
+            name,
+            listed_without_refresh,
+        })
+    })
+}
+
+/// Whether a recorded volume exists, refreshing the pool only for one written behind libvirt's
+/// back.
+fn recorded_volume_exists(hv: &dyn Hypervisor, v: &Recorded<'_>) -> HvResult<bool> {
+    let found = if v.listed_without_refresh {
+        hv.created_volume(v.pool, v.name)
+    } else {
+        hv.volume(v.pool, v.name)
+    };
+    match found {
+        Ok(found) => Ok(found.is_some()),
+        Err(HypervisorError::StoragePoolNotFound { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Remove the domain (if ours) with its NVRAM, then every recorded volume.
@@ -402,8 +430,11 @@ pub fn teardown(hv: &dyn Hypervisor, artifacts: &ManagedArtifacts, uuid: Uuid) -
             }
         }
     }
-    for (pool, volume) in volumes(artifacts) {
-        delete_volume_if_present(hv, pool, volume)?;
+    for v in volumes(artifacts) {
+        // Deleting looks the volume up without a refresh: the console log needs one first.
+        if v.listed_without_refresh || recorded_volume_exists(hv, &v)? {
+            delete_volume_if_present(hv, v.pool, v.name)?;
+        }
     }
     for r in &artifacts.dhcp_reservations {
         match hv.remove_dhcp_host(&r.network, &dhcp_host(r)) {
@@ -425,11 +456,9 @@ pub fn leftovers(hv: &dyn Hypervisor, artifacts: &ManagedArtifacts, uuid: Uuid) 
     {
         left.push(format!("domain {name}"));
     }
-    for (pool, volume) in volumes(artifacts) {
-        match hv.created_volume(pool, volume) {
-            Ok(Some(_)) => left.push(format!("volume {pool}/{volume}")),
-            Ok(None) | Err(HypervisorError::StoragePoolNotFound { .. }) => {}
-            Err(e) => return Err(e),
+    for v in volumes(artifacts) {
+        if recorded_volume_exists(hv, &v)? {
+            left.push(format!("volume {}/{}", v.pool, v.name));
         }
     }
     for r in &artifacts.dhcp_reservations {

@@ -326,6 +326,32 @@ fn teardown_removes_the_domain_and_recorded_volumes() {
     assert!(leftovers(&hv, &a, uuid()).unwrap().is_empty());
 }
 
+/// virtlogd writes the console log into the pool behind libvirt's back: only a pool refresh
+/// shows it, and teardown pays for that refresh for this one file only.
+#[test]
+fn teardown_finds_and_removes_the_console_log_libvirt_did_not_list() {
+    let hv = host();
+    run(&hv).unwrap();
+    let console = console_volume_name(NAME);
+    hv.write_behind_libvirt(POOL, &console);
+    let a = artifacts();
+    assert!(
+        leftovers(&hv, &a, uuid())
+            .unwrap()
+            .contains(&format!("volume {POOL}/{console}")),
+        "the leftover check sees the unlisted console log"
+    );
+    let refreshing_lookups = hv.calls(Op::Volume);
+    teardown(&hv, &a, uuid()).unwrap();
+    assert_eq!(hv.volume_names(POOL), [BASE], "the console log is gone with the disks");
+    assert_eq!(
+        hv.calls(Op::Volume) - refreshing_lookups,
+        1,
+        "only the console log is looked up with a refresh"
+    );
+    assert!(leftovers(&hv, &a, uuid()).unwrap().is_empty());
+}
+
 #[test]
 fn teardown_leaves_a_foreign_domain_but_removes_our_volumes() {
     let hv = host();
